@@ -1,0 +1,141 @@
+"""Channel configuration: geometry, buffer depths and the timing profile.
+
+One ``ChannelConfig`` parameterises both the golden model and the RTL
+(``hw.channel.Channel``); device profiles are TOML data files in
+``golden/profiles/`` that cite where each value comes from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from golden.isa import FIELDS, LANES, Opcode
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, unknown or out of range; the
+    message names the key and the value."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Controller-cycle timing. ``t_wr_inp``, ``t_mac``, ``t_rd_out`` are
+    the static controller's fixed gaps after each command kind."""
+
+    t_rcd: int = 56
+    t_rp: int = 32
+    t_ras: int = 54
+    t_ccd: int = 2
+    t_wr_inp: int = 4
+    t_mac: int = 8
+    t_rd_out: int = 8
+
+    def gap(self, opcode: Opcode) -> int:
+        """Static in-order gap: cycles from this command to the next bus command."""
+        return {
+            Opcode.WR_INP: self.t_wr_inp,
+            Opcode.MAC: self.t_mac,
+            Opcode.RD_OUT: self.t_rd_out,
+            Opcode.RD: self.t_ccd,
+            Opcode.WR: self.t_ccd,
+            Opcode.PRE: 1,
+            Opcode.ACT: 1,
+        }[opcode]
+
+
+@dataclass(frozen=True)
+class ChannelConfig:
+    banks: int = 4
+    rows: int = 64
+    cols: int = 32
+    gbuf_entries: int = 32
+    obuf_entries: int = 4
+    cmd_depth: int = 4  # command FIFO entries
+    wdata_depth: int = 4  # write-data FIFO entries
+    rdata_depth: int = 4  # read-data credits (output FIFO entries)
+    timing: Timing = field(default_factory=Timing)
+    profile: str = "custom"
+
+    def __post_init__(self):
+        limits = {
+            "banks": (1, min(LANES, 1 << FIELDS["bank"].width)),
+            "rows": (1, 1 << FIELDS["row"].width),
+            "cols": (1, 1 << FIELDS["col"].width),
+            "gbuf_entries": (1, 1 << FIELDS["gbuf_idx"].width),
+            "obuf_entries": (1, 1 << FIELDS["out_idx"].width),
+            "cmd_depth": (1, 1024),
+            "wdata_depth": (1, 1024),
+            "rdata_depth": (1, 1024),
+        }
+        for key, (lo, hi) in limits.items():
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+                raise ConfigError(f"{key} must be an integer in [{lo}, {hi}], not {value!r}")
+        for key in (f.name for f in dataclasses.fields(Timing)):
+            value = getattr(self.timing, key)
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 4096:
+                raise ConfigError(f"timing.{key} must be an integer in [1, 4096], not {value!r}")
+
+    def replace(self, **changes) -> ChannelConfig:
+        timing = {k: changes.pop(k) for k in list(changes) if hasattr(self.timing, k)}
+        return dataclasses.replace(self, timing=dataclasses.replace(self.timing, **timing),
+                                   **changes)
+
+    def describe(self) -> str:
+        t = self.timing
+        return (f"{self.profile}: {self.banks} banks x {self.rows} rows x {self.cols} cols, "
+                f"GBuf {self.gbuf_entries}, OBuf {self.obuf_entries}, tRCD {t.t_rcd} tRP {t.t_rp} "
+                f"tRAS {t.t_ras} tCCD {t.t_ccd} gaps {t.t_wr_inp}/{t.t_mac}/{t.t_rd_out}")
+
+
+PROFILES = {"gddr6-aim": "gddr6_aim.toml", "hbm2-pim": "hbm2_pim.toml"}
+DEFAULT_PROFILE = "gddr6-aim"
+
+
+def load_profile_data(name_or_path: str) -> dict:
+    if name_or_path in PROFILES:
+        text = resources.files("golden.profiles").joinpath(PROFILES[name_or_path]).read_text()
+    else:
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise ConfigError(f"profile {name_or_path!r} is neither a known profile "
+                              f"({', '.join(PROFILES)}) nor a file")
+        text = path.read_text()
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"profile {name_or_path!r}: {e}") from None
+
+
+def load_profile(name_or_path: str = DEFAULT_PROFILE, **overrides) -> ChannelConfig:
+    """A device profile as a ChannelConfig; keyword overrides replace
+    geometry or timing keys (e.g. ``rows=64, t_mac=4``)."""
+    data = load_profile_data(name_or_path)
+    timing_keys = {f.name for f in dataclasses.fields(Timing)}
+    geometry_keys = {"banks", "rows", "cols", "gbuf_entries", "obuf_entries"}
+    for section, allowed in (("timing", timing_keys), ("geometry", geometry_keys)):
+        for key in data.get(section, {}):
+            if key not in allowed:
+                raise ConfigError(f"profile {name_or_path!r}: unknown key {section}.{key}")
+    missing = timing_keys - set(data.get("timing", {}))
+    if missing:
+        raise ConfigError(f"profile {name_or_path!r}: missing key timing.{sorted(missing)[0]}")
+    valid = timing_keys | geometry_keys | {"cmd_depth", "wdata_depth", "rdata_depth"}
+    for key in overrides:
+        if key not in valid:
+            raise ConfigError(f"unknown configuration key {key!r} (valid: {', '.join(sorted(valid))})")
+    timing = Timing(**{**data["timing"], **{k: v for k, v in overrides.items() if k in timing_keys}})
+    geometry = {**data.get("geometry", {}),
+                **{k: v for k, v in overrides.items() if k not in timing_keys}}
+    return ChannelConfig(timing=timing, profile=data.get("name", name_or_path), **geometry)
+
+
+#: The configuration the RTL tests and ``make sim`` use: GDDR6-AiM timing,
+#: a small geometry that still holds a 256 x 512 GEMV.
+def small_config() -> ChannelConfig:
+    return load_profile(DEFAULT_PROFILE, banks=4, rows=64, cols=32, gbuf_entries=32,
+                        obuf_entries=4, cmd_depth=4, wdata_depth=4, rdata_depth=4)

@@ -1,0 +1,146 @@
+"""The golden channel model: closed-form timing, data, bad input."""
+
+import numpy as np
+import pytest
+
+from golden import numerics as nm
+from golden.channel import (
+    ChannelModel,
+    Command,
+    CommandError,
+    gemv_commands,
+    gemv_result,
+    mac,
+    rd,
+    rd_out,
+    wr,
+    wr_inp,
+)
+from golden.config import ChannelConfig, ConfigError, Timing, load_profile, small_config
+from golden.isa import ErrorCode, Opcode
+
+T = Timing(t_rcd=10, t_rp=7, t_ras=20, t_ccd=2, t_wr_inp=3, t_mac=4, t_rd_out=5)
+CFG = ChannelConfig(banks=2, rows=8, cols=4, gbuf_entries=4, obuf_entries=2, timing=T)
+
+
+def issue_cycles(result, opcode):
+    return [e.cycle for e in result.trace if e.opcode == opcode]
+
+
+def test_first_mac_waits_trcd_after_act():
+    r = ChannelModel(CFG).run([mac(0, 0, 0, 0)])
+    assert [(e.opcode, e.cycle) for e in r.trace] == [(Opcode.ACT, 1), (Opcode.MAC, 1 + T.t_rcd)]
+
+
+def test_row_hit_macs_issue_at_static_gap_and_row_miss_obeys_tras_trp_trcd():
+    r = ChannelModel(CFG).run([mac(0, 0, 0, 0), mac(0, 1, 0, 0), mac(3, 0, 0, 0)])
+    act0, m0, m1, pre, act1, m2 = [e.cycle for e in r.trace]
+    assert m1 - m0 == max(T.t_mac, T.t_ccd)
+    assert pre == max(m1 + T.t_mac, act0 + T.t_ras)
+    assert act1 == pre + T.t_rp
+    assert m2 == act1 + T.t_rcd
+
+
+def test_tras_binds_when_gaps_are_short():
+    t = Timing(t_rcd=2, t_rp=3, t_ras=30, t_ccd=1, t_wr_inp=1, t_mac=1, t_rd_out=1)
+    r = ChannelModel(ChannelConfig(banks=1, rows=4, cols=4, timing=t)).run(
+        [mac(0, 0, 0, 0), mac(1, 0, 0, 0)])
+    act0, _, pre, act1, _ = [e.cycle for e in r.trace]
+    assert pre == act0 + t.t_ras and act1 == pre + t.t_rp
+
+
+def test_normal_access_opens_only_its_bank_and_mac_then_closes_all():
+    r = ChannelModel(CFG).run([wr(1, 2, 0), mac(2, 0, 0, 0)], wdata=[0])
+    kinds = [e.opcode for e in r.trace]
+    # WR opened bank 1 at row 2; the MAC needs all banks at row 2: PRE bank 1, ACT all
+    assert kinds == [Opcode.ACT, Opcode.WR, Opcode.PRE, Opcode.ACT, Opcode.MAC]
+
+
+def test_arrival_and_write_data_delay_issue():
+    r = ChannelModel(CFG).run([wr_inp(0)], wdata=[0], cmd_arrivals=[5], wdata_arrivals=[9])
+    assert issue_cycles(r, Opcode.WR_INP) == [10]
+
+
+def test_read_credits_limit_outstanding_reads():
+    cfg = CFG.replace(rdata_depth=1, t_rd_out=1)
+    r = ChannelModel(cfg).run([rd_out(0), rd_out(0)], rdata_pops=[20, 21])
+    assert issue_cycles(r, Opcode.RD_OUT) == [1, 21]
+
+
+def test_mac_accumulates_and_rd_out_clears():
+    rng = np.random.default_rng(0)
+    w = nm.float_to_bf16(rng.standard_normal((2, 16)))
+    x = nm.float_to_bf16(rng.standard_normal(16))
+    beats = [nm.lanes_to_word(w[0]), nm.lanes_to_word(w[1]), nm.lanes_to_word(x)]
+    r = ChannelModel(CFG).run([wr(0, 0, 0), wr(1, 0, 0), wr_inp(1), mac(0, 0, 1, 1),
+                               mac(0, 0, 1, 1), rd_out(1), rd_out(1)], wdata=beats)
+    once = nm.mac(np.zeros(2, np.uint32), w, x)
+    twice = nm.mac(once, w, x)
+    assert nm.words_to_lanes(r.rdata[0])[:2].tolist() == nm.f32_to_bf16(twice).tolist()
+    assert r.rdata[1] == 0
+
+
+def test_rd_returns_written_word():
+    r = ChannelModel(CFG).run([wr(1, 7, 3), rd(1, 7, 3), rd(0, 7, 3)], wdata=[0xABCDEF << 40])
+    assert r.rdata == [0xABCDEF << 40, 0]
+
+
+@pytest.mark.parametrize("cmd, code", [
+    (Command(0), ErrorCode.BAD_OPCODE),
+    (Command(Opcode.DYN_LOOP), ErrorCode.BAD_OPCODE),
+    (Command(Opcode.PRE), ErrorCode.BAD_OPCODE),
+    (Command(31 - 2), ErrorCode.BAD_OPCODE),
+    (wr(2, 0, 0), ErrorCode.BANK_RANGE),
+    (rd(0, 8, 0), ErrorCode.ROW_RANGE),
+    (rd(0, 0, 4), ErrorCode.COL_RANGE),
+    (wr_inp(4), ErrorCode.GBUF_RANGE),
+    (mac(0, 0, 0, 2), ErrorCode.OBUF_RANGE),
+    (rd_out(2), ErrorCode.OBUF_RANGE),
+])
+def test_bad_command_is_dropped_recorded_and_later_commands_run(cmd, code):
+    wdata = [1] if cmd.opcode in (Opcode.WR, Opcode.WR_INP) else []
+    model = ChannelModel(CFG)
+    r = model.run([cmd, wr_inp(0), rd_out(0)], wdata=wdata + [2])
+    assert r.status.err_code == code and r.status.err_id == 0 and r.errors == [(0, code)]
+    assert [e.opcode for e in r.trace] == [Opcode.WR_INP, Opcode.RD_OUT]
+    assert not model.rows and (model.gbuf[0] == nm.words_to_lanes(2)).all()
+    with pytest.raises(CommandError, match="out of range|not a channel command") as e:
+        ChannelModel(CFG, strict=True).run([cmd], wdata=wdata)
+    assert e.value.code == code
+
+
+def test_first_error_is_sticky():
+    r = ChannelModel(CFG).run([rd_out(3), Command(0)])
+    assert r.status.err_code == ErrorCode.OBUF_RANGE and r.status.err_count == 2
+
+
+def test_gemv_matches_numpy():
+    cfg = small_config()
+    rng = np.random.default_rng(7)
+    W = nm.float_to_bf16(rng.standard_normal((32, 64)))
+    x = nm.float_to_bf16(rng.standard_normal(64))
+    cmds, beats = gemv_commands(W, x, cfg)
+    r = ChannelModel(cfg).run(cmds, beats)
+    y = nm.bf16_to_float(gemv_result(r.rdata, 32, cfg.banks))
+    expect = nm.bf16_to_float(W) @ nm.bf16_to_float(x)
+    np.testing.assert_allclose(y, expect, rtol=2**-7, atol=1e-3)
+    assert r.mac_count == 32 // cfg.banks * 64 // 16
+
+
+def small_config_errors_name_the_key():
+    with pytest.raises(ConfigError, match="banks"):
+        ChannelConfig(banks=17)
+    with pytest.raises(ConfigError, match="timing.t_rcd"):
+        ChannelConfig(timing=Timing(t_rcd=0))
+    with pytest.raises(ConfigError, match="unknown configuration key 'bogus'"):
+        load_profile("gddr6-aim", bogus=1)
+    with pytest.raises(ConfigError, match="neither a known profile"):
+        load_profile("no-such-device")
+
+
+@pytest.mark.parametrize("name", ["gddr6-aim", "hbm2-pim"])
+def test_profiles_load_with_sources(name):
+    from golden.config import load_profile_data
+    cfg = load_profile(name)
+    assert cfg.banks == 16 and cfg.timing.t_rcd > 0
+    assert {"t_rcd", "t_rp", "t_ras", "t_ccd"} <= set(load_profile_data(name)["sources"])
