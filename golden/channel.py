@@ -272,7 +272,7 @@ class ChannelModel:
             touched = range(banks) if op == Opcode.MAC else [cmd.bank] if op in (
                 Opcode.RD, Opcode.WR) else []
 
-            def issue(kind: Opcode, earliest: int) -> int:
+            def issue(kind: Opcode, earliest: int, cmd_id: int = cmd_id) -> int:
                 nonlocal gap_until, t
                 c = max(t, gap_until, earliest)
                 trace.append(TraceEntry(cmd_id, kind, c))

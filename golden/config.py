@@ -127,8 +127,10 @@ def load_profile(name_or_path: str = DEFAULT_PROFILE, **overrides) -> ChannelCon
     valid = timing_keys | geometry_keys | {"cmd_depth", "wdata_depth", "rdata_depth"}
     for key in overrides:
         if key not in valid:
-            raise ConfigError(f"unknown configuration key {key!r} (valid: {', '.join(sorted(valid))})")
-    timing = Timing(**{**data["timing"], **{k: v for k, v in overrides.items() if k in timing_keys}})
+            raise ConfigError(f"unknown configuration key {key!r} "
+                              f"(valid: {', '.join(sorted(valid))})")
+    timing = Timing(**{**data["timing"],
+                       **{k: v for k, v in overrides.items() if k in timing_keys}})
     geometry = {**data.get("geometry", {}),
                 **{k: v for k, v in overrides.items() if k not in timing_keys}}
     return ChannelConfig(timing=timing, profile=data.get("name", name_or_path), **geometry)

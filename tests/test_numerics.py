@@ -15,7 +15,8 @@ u16 = st.integers(0, 2**16 - 1)
 interesting_f32 = st.one_of(
     u32,
     st.builds(lambda s, e, m: (s << 31) | (e << 23) | m,
-              st.integers(0, 1), st.sampled_from([0, 1, 2, 3, 24, 25, 126, 127, 128, 253, 254, 255]),
+              st.integers(0, 1),
+              st.sampled_from([0, 1, 2, 3, 24, 25, 126, 127, 128, 253, 254, 255]),
               st.sampled_from([0, 1, 0x400000, 0x7FFFFF, 0x3FFFFF, 0x000001 << 22])),
 )
 
@@ -98,7 +99,8 @@ def test_tree_order_is_pairwise_not_sequential():
 @given(st.lists(u16, min_size=16, max_size=16), st.lists(u16, min_size=16, max_size=16),
        interesting_f32)
 def test_mac_matches_exact_arithmetic(w, x, acc):
-    got = int(nm.mac(np.array([acc], np.uint32), np.array([w], np.uint16), np.array(x, np.uint16))[0])
+    got = int(nm.mac(np.array([acc], np.uint32), np.array([w], np.uint16),
+                     np.array(x, np.uint16))[0])
     assert got == ref.mac(acc, w, x)
 
 
