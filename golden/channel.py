@@ -65,6 +65,7 @@ from golden.isa import (
 )
 
 CMD_ID_MOD = 1 << FIELDS["cmd_id"].width
+ERR_COUNT_MAX = (1 << FIELDS["err_count"].width) - 1
 RDATA_POP_LATENCY = 2  # issue in c -> poppable from c + 2
 
 
@@ -265,7 +266,7 @@ class ChannelModel:
                 errors.append((cmd_id, code))
                 if status.err_code == ErrorCode.NONE:
                     status.err_code, status.err_id = code, cmd_id
-                status.err_count += 1
+                status.err_count = min(status.err_count + 1, ERR_COUNT_MAX)
                 free = t + 1
                 continue
             op = Opcode(cmd.opcode)

@@ -51,6 +51,9 @@ FIELDS: dict[str, Field] = {
         # issue-trace and status fields (channel outputs)
         Field("cmd_id", 16, "command ID: acceptance order, wraps at 2**16"),
         Field("cycle", 32, "controller cycle counter since reset"),
+        Field("err_code", 4, "sticky first error (ErrorCode)"),
+        Field("err_id", 16, "command ID of the first error"),
+        Field("err_count", 16, "dropped commands since reset or clear (saturates)"),
     ]
 }
 
@@ -146,12 +149,13 @@ class ErrorCode(enum.IntEnum):
     OBUF_RANGE = 6
 
 
-ERROR_WIDTH = 4
 
 #: Channel command word, LSB first.
 COMMAND_FIELDS = ("opcode", "bank", "row", "col", "gbuf_idx", "out_idx")
 #: Issue-trace entry, LSB first.
 TRACE_FIELDS = ("cmd_id", "opcode", "cycle")
+#: Channel status word, LSB first.
+STATUS_FIELDS = ("err_code", "err_id", "err_count")
 #: Opcodes the foundation channel executes.
 CHANNEL_OPCODES = (Opcode.WR_INP, Opcode.MAC, Opcode.RD_OUT, Opcode.RD, Opcode.WR)
 
@@ -242,6 +246,8 @@ def _check_table() -> None:
         assert word_width(("opcode", *info.fields)) <= INSTR_BITS, info.opcode
         assert set(info.command_fields) <= set(COMMAND_FIELDS) | {"dst_reg", "src_reg", "imm"}
     assert set(ISA) == set(Opcode)
+    assert max(ErrorCode) < (1 << FIELDS["err_code"].width)
+    assert FIELDS["err_id"].width == FIELDS["cmd_id"].width
 
 
 _check_table()

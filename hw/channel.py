@@ -21,9 +21,9 @@ from amaranth.lib.wiring import In, Out
 from golden.config import ChannelConfig
 from golden.isa import (
     COMMAND_FIELDS,
-    ERROR_WIDTH,
     FIELDS,
     LANES,
+    STATUS_FIELDS,
     TRACE_FIELDS,
     WORD_BITS,
     ErrorCode,
@@ -36,11 +36,7 @@ CommandLayout = data.StructLayout(layout_widths(COMMAND_FIELDS))
 TraceLayout = data.StructLayout(layout_widths(TRACE_FIELDS))
 #: A valid/payload stream with no ready: the trace may not stall the channel.
 TraceSignature = wiring.Signature({"valid": Out(1), "payload": Out(TraceLayout)})
-StatusLayout = data.StructLayout({
-    "err_code": ERROR_WIDTH,
-    "err_id": FIELDS["cmd_id"].width,
-    "err_count": 16,
-})
+StatusLayout = data.StructLayout(layout_widths(STATUS_FIELDS))
 
 
 class Channel(wiring.Component):
@@ -117,7 +113,7 @@ class Channel(wiring.Component):
         is_read = is_[Opcode.RD_OUT] | is_[Opcode.RD]
         uses_bank = is_[Opcode.MAC] | is_normal
 
-        err = Signal(ERROR_WIDTH)
+        err = Signal(FIELDS["err_code"].width)
         # Same priority as golden.channel.ChannelModel.check.
         with m.If(~(is_write | is_read | is_[Opcode.MAC])):
             m.d.comb += err.eq(ErrorCode.BAD_OPCODE)
@@ -233,7 +229,7 @@ class Channel(wiring.Component):
         with m.Elif(do_drop):
             with m.If(self.status.err_code == ErrorCode.NONE):
                 m.d.sync += [self.status.err_code.eq(err), self.status.err_id.eq(head_id)]
-            with m.If(self.status.err_count != 0xFFFF):
+            with m.If(self.status.err_count != (1 << FIELDS["err_count"].width) - 1):
                 m.d.sync += self.status.err_count.eq(self.status.err_count + 1)
 
         # ---- datapath ---------------------------------------------------

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import re
 from pathlib import Path
 
 from golden.config import ChannelConfig, load_profile, small_config
@@ -40,6 +41,29 @@ def generate(config: ChannelConfig, out_dir: Path | None = None) -> Path:
     tmp.replace(path)
     (out_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2))
     return path
+
+
+_TRIGGER = re.compile(r"^(\s*)reg (\\\$auto\$verilog_backend\S+) += 0;$", re.M)
+
+
+def icarus_source(path: Path) -> Path:
+    """A copy of ``path`` for Icarus Verilog.
+
+    Yosys wakes every ``always @*`` block at time 0 through a trigger reg
+    initialised in its declaration. In Icarus that initialiser runs before
+    the blocks wait on it, so a block whose inputs never change after time 0
+    keeps X (seen on the OBuf read mux). Assigning the trigger from
+    ``initial #0`` (the inactive region, after every block is waiting) gives
+    the intended evaluation. Verilator needs no such change."""
+    out = path.with_name(f"{path.stem}_icarus.v")
+    if out.is_file() and out.stat().st_mtime >= path.stat().st_mtime:
+        return out
+    text, n = _TRIGGER.subn(lambda m: f"{m[1]}reg {m[2]} ;\n{m[1]}initial #0 {m[2]} = 1'b0;",
+                            path.read_text())
+    if n == 0:
+        raise RuntimeError(f"{path}: no time-0 trigger found; check the Icarus workaround")
+    out.write_text(text)
+    return out
 
 
 CONFIGS = {

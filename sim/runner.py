@@ -1,0 +1,123 @@
+"""Build and run the cocotb testbenches under Verilator or Icarus.
+
+One simulator build per (simulator, configuration, waves) in
+``build/sim/<sim>-<config key>[-waves]``, reused across tests; each test run
+gets its own folder under ``build/sim/runs/`` so waveforms never collide.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+from golden.config import ChannelConfig, small_config
+from sim.generate import BUILD, TOPLEVEL, config_key, generate, icarus_source
+from sim.tools import VERILATOR_WAIVERS, require_simulator
+
+TB_MODULE = "tb.test_channel"
+
+
+@dataclass
+class TestResult:
+    name: str
+    passed: bool
+    sim_time_ns: float
+    wall_s: float
+    message: str = ""
+
+
+def build_dir(sim: str, config: ChannelConfig, waves: bool) -> Path:
+    return BUILD / "sim" / f"{sim}-{config_key(config)}{'-waves' if waves else ''}"
+
+
+def build(sim: str, config: ChannelConfig | None = None, waves: bool = False):
+    """Generate Verilog and build the simulator model (skipped when current)."""
+    from cocotb_tools.runner import get_runner
+
+    config = config or small_config()
+    require_simulator(sim)
+    verilog = generate(config)
+    if sim == "icarus":
+        verilog = icarus_source(verilog)
+    runner = get_runner(sim)
+    args = []
+    if sim == "verilator":
+        args = [*VERILATOR_WAIVERS, "--x-assign", "fast", "--x-initial", "fast"]
+    runner.build(sources=[verilog.resolve()], hdl_toplevel=TOPLEVEL,
+                 build_dir=build_dir(sim, config, waves), build_args=args, waves=waves,
+                 timescale=("1ns", "1ps"), always=False,
+                 log_file=build_dir(sim, config, waves) / "build.log")
+    return runner
+
+
+def run(sim: str, testcases: list[str] | None = None, config: ChannelConfig | None = None,
+        waves: bool = False, seed: int | None = None, run_name: str | None = None,
+        extra_env: dict[str, str] | None = None) -> tuple[list[TestResult], Path]:
+    """Run cocotb tests; return their results and the run folder."""
+    config = config or small_config()
+    runner = build(sim, config, waves)
+    name = run_name or "-".join(testcases or ["all"])
+    test_dir = (BUILD / "sim" / "runs" / f"{sim}{'-waves' if waves else ''}" / name).resolve()
+    if test_dir.exists():
+        shutil.rmtree(test_dir)
+    test_dir.mkdir(parents=True)
+    env = {"PIMORCH_CONFIG": json.dumps(dataclasses.asdict(config)),
+           "PIMORCH_TEST_DIR": str(test_dir), **(extra_env or {})}
+    plusargs = [f"+dumpfile_path={test_dir / 'waves.fst'}"] if waves and sim == "icarus" else []
+    started = time.perf_counter()
+    xml = runner.test(test_module=TB_MODULE, hdl_toplevel=TOPLEVEL, testcase=testcases,
+                      build_dir=build_dir(sim, config, waves), test_dir=test_dir, waves=waves,
+                      seed=seed, extra_env=env, plusargs=plusargs,
+                      results_xml=str(test_dir / "results.xml"),
+                      log_file=test_dir / "sim.log")
+    results = parse_results(Path(xml))
+    if not results:
+        results = [TestResult(name, False, 0.0, time.perf_counter() - started,
+                              f"no results; see {test_dir / 'sim.log'}")]
+    if waves:
+        convert_waves(sim, test_dir)
+    return results, test_dir
+
+
+def parse_results(xml: Path) -> list[TestResult]:
+    if not xml.is_file():
+        return []
+    out = []
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        failure = case.find("failure")
+        if failure is None:
+            failure = case.find("error")
+        out.append(TestResult(
+            name=case.get("name", "?"),
+            passed=failure is None and case.find("skipped") is None,
+            sim_time_ns=float(case.get("sim_time_ns", 0) or 0),
+            wall_s=float(case.get("time", 0) or 0),
+            message="" if failure is None else (failure.get("message") or "failed"),
+        ))
+    return out
+
+
+def convert_waves(sim: str, test_dir: Path) -> Path | None:
+    """Leave ``waves.vcd`` in the run folder (Icarus writes FST: convert)."""
+    vcd = test_dir / "waves.vcd"
+    if sim == "verilator":
+        dump = test_dir / "dump.vcd"
+        if dump.is_file():
+            dump.replace(vcd)
+    else:
+        fst = test_dir / "waves.fst"
+        if fst.is_file() and shutil.which("fst2vcd"):
+            subprocess.run(["fst2vcd", "-f", str(fst), "-o", str(vcd)], check=True,
+                           capture_output=True)
+    return vcd if vcd.is_file() else None
+
+
+def waves_enabled() -> bool:
+    return os.environ.get("WAVES", "0") not in ("", "0", "false", "no")

@@ -1,0 +1,76 @@
+"""Stimulus for the channel testbenches: constrained-random and GEMV streams."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from golden import numerics as nm
+from golden.channel import Command, gemv_commands, mac, rd, rd_out, wr, wr_inp
+from golden.config import ChannelConfig
+from golden.isa import CHANNEL_OPCODES, LANES, Opcode
+
+
+def random_word(rng: np.random.Generator, special: float = 0.02) -> int:
+    """Mostly normal BF16 values; sometimes zeros, subnormals, inf, NaN, huge."""
+    lanes = nm.float_to_bf16(rng.standard_normal(LANES) * 2.0 ** rng.integers(-4, 5))
+    pick = rng.random(LANES) < special
+    lanes[pick] = rng.choice([0x0000, 0x8000, 0x0001, 0x7F80, 0xFF80, 0x7FC0, 0x7F7F, 0x0080],
+                             pick.sum())
+    return nm.lanes_to_word(lanes)
+
+
+def random_stream(config: ChannelConfig, n: int, rng: np.random.Generator,
+                  bad: float = 0.01, rows_used: int = 3) -> tuple[list[Command], list[int]]:
+    """n commands: a mix of every kind with row locality (a few rows so both
+    row hits and misses occur) and a small share of malformed commands."""
+    kinds = [Opcode.WR_INP, Opcode.MAC, Opcode.RD_OUT, Opcode.RD, Opcode.WR]
+    weights = np.array([0.15, 0.45, 0.1, 0.1, 0.2])
+    rows = rng.choice(config.rows, min(rows_used, config.rows), replace=False)
+    cmds: list[Command] = []
+    wdata: list[int] = []
+    for _ in range(n):
+        if rng.random() < bad:
+            cmds.append(_malformed(config, rng))
+            if cmds[-1].opcode in (Opcode.WR, Opcode.WR_INP):
+                wdata.append(random_word(rng))
+            continue
+        op = kinds[rng.choice(len(kinds), p=weights)]
+        row = int(rng.choice(rows))
+        col = int(rng.integers(config.cols))
+        bank = int(rng.integers(config.banks))
+        g = int(rng.integers(config.gbuf_entries))
+        out = int(rng.integers(config.obuf_entries))
+        cmd = {Opcode.WR_INP: lambda: wr_inp(g), Opcode.MAC: lambda: mac(row, col, g, out),
+               Opcode.RD_OUT: lambda: rd_out(out), Opcode.RD: lambda: rd(bank, row, col),
+               Opcode.WR: lambda: wr(bank, row, col)}[op]()
+        cmds.append(cmd)
+        if op in (Opcode.WR, Opcode.WR_INP):
+            wdata.append(random_word(rng))
+    return cmds, wdata
+
+
+def _malformed(config: ChannelConfig, rng: np.random.Generator) -> Command:
+    choice = int(rng.integers(6))
+    if choice == 0:
+        unused = [o for o in range(32) if o not in CHANNEL_OPCODES]
+        return Command(int(rng.choice(unused)))
+    if choice == 1 and config.banks < 16:
+        return wr(int(rng.integers(config.banks, 16)), 0, 0)
+    if choice == 2:
+        return rd(0, int(rng.integers(config.rows, 1 << 16)), 0)
+    if choice == 3 and config.cols < 256:
+        return mac(0, int(rng.integers(config.cols, 256)), 0, 0)
+    if choice == 4 and config.gbuf_entries < 256:
+        return wr_inp(int(rng.integers(config.gbuf_entries, 256)))
+    if config.obuf_entries < 16:
+        return rd_out(int(rng.integers(config.obuf_entries, 16)))
+    return Command(0)
+
+
+def gemv_problem(n_out: int, n_in: int, seed: int, config: ChannelConfig):
+    """A random BF16 GEMV: (matrix bits, input bits, commands, write beats)."""
+    rng = np.random.default_rng(seed)
+    w = nm.float_to_bf16(rng.standard_normal((n_out, n_in)) / np.sqrt(n_in))
+    x = nm.float_to_bf16(rng.standard_normal(n_in))
+    cmds, beats = gemv_commands(w, x, config)
+    return w, x, cmds, beats
