@@ -238,14 +238,19 @@ class Channel(wiring.Component):
         m.submodules.gbuf = gbuf = memory.Memory(shape=WORD_BITS, depth=cfg.gbuf_entries, init=[])
         gbuf_w, gbuf_r = gbuf.write_port(), gbuf.read_port()
         m.d.comb += [gbuf_w.addr.eq(head.gbuf_idx), gbuf_w.data.eq(wdata_fifo.r_data),
-                     gbuf_w.en.eq(do_col & is_[Opcode.WR_INP]), gbuf_r.addr.eq(head.gbuf_idx)]
+                     gbuf_w.en.eq(do_col & is_[Opcode.WR_INP]), gbuf_r.addr.eq(head.gbuf_idx),
+                     gbuf_r.en.eq(do_col & is_[Opcode.MAC])]
+        # Read ports only read for the command that needs them: the MAC trees
+        # then see stable inputs between MACs (less simulator activity).
+        bank_read = do_col & (is_[Opcode.MAC] | is_[Opcode.RD])
         bank_data = []
         for b in range(B):
             mem = memory.Memory(shape=WORD_BITS, depth=cfg.rows * cfg.cols, init=[])
             m.submodules[f"bank{b}"] = mem
             w, r = mem.write_port(), mem.read_port()
             m.d.comb += [w.addr.eq(addr), w.data.eq(wdata_fifo.r_data),
-                         w.en.eq(do_col & is_[Opcode.WR] & (head.bank == b)), r.addr.eq(addr)]
+                         w.en.eq(do_col & is_[Opcode.WR] & (head.bank == b)), r.addr.eq(addr),
+                         r.en.eq(bank_read)]
             bank_data.append(r.data)
 
         # stage 1: the cycle after issue, when the read ports deliver

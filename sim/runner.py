@@ -86,6 +86,24 @@ def run(sim: str, testcases: list[str] | None = None, config: ChannelConfig | No
     return results, test_dir
 
 
+def list_tests() -> list[str]:
+    """The cocotb tests in TB_MODULE, in file order."""
+    import importlib
+
+    module = importlib.import_module(TB_MODULE)
+    return [name for name, obj in vars(module).items()
+            if type(obj).__module__.startswith("cocotb") and type(obj).__name__ == "TestGenerator"]
+
+
+def run_each(sim: str, testcases: list[str] | None = None, **kw) -> list[tuple[TestResult, Path]]:
+    """Each test in a fresh simulator process (fresh memories, own folder)."""
+    out = []
+    for name in testcases or list_tests():
+        results, test_dir = run(sim, [name], run_name=name, **kw)
+        out.extend((r, test_dir) for r in results)
+    return out
+
+
 def parse_results(xml: Path) -> list[TestResult]:
     if not xml.is_file():
         return []

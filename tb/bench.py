@@ -109,7 +109,9 @@ class ChannelTB:
             if t_valid.value:
                 e = unpack(TRACE_FIELDS, t_payload.value.to_unsigned())
                 obs.trace.append((e["cmd_id"], e["opcode"], e["cycle"]))
-            if r_valid.value and r_ready.value:
+            ready = not stall[now]
+            r_ready.value = ready
+            if ready and r_valid.value:
                 obs.rdata.append(r_payload.value.to_unsigned())
                 obs.rdata_pops.append(now)
             # the inputs for this cycle: the handshake completes at the next rising edge
@@ -129,7 +131,6 @@ class ChannelTB:
                     wi += 1
             else:
                 w_valid.value = 0
-            r_ready.value = 0 if stall[now] else 1
             dut.err_clear.value = 1 if err_clear_after is not None and now == err_clear_after else 0
             if tail is None and ci == n_cmd and len(obs.trace) >= n_trace and \
                     len(obs.rdata) >= n_rdata:
