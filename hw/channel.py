@@ -14,7 +14,7 @@ Timing constraints are down-counters that reach zero when the constraint is
 met (tRAS, tRCD, tRP per bank; tCCD and the static gap per channel).
 """
 
-from amaranth import Array, Cat, Const, Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -37,6 +37,15 @@ TraceLayout = data.StructLayout(layout_widths(TRACE_FIELDS))
 #: A valid/payload stream with no ready: the trace may not stall the channel.
 TraceSignature = wiring.Signature({"valid": Out(1), "payload": Out(TraceLayout)})
 StatusLayout = data.StructLayout(layout_widths(STATUS_FIELDS))
+
+
+def select(index, items):
+    """``items[index]`` as a mux chain: no incomplete case for item counts
+    that are not a power of two (an index past the end gives item 0)."""
+    out = items[0]
+    for i, item in enumerate(items[1:], start=1):
+        out = Mux(index == i, item, out)
+    return out
 
 
 class Channel(wiring.Component):
@@ -133,10 +142,10 @@ class Channel(wiring.Component):
             return Signal(range(max(limit, 2)), name=name)
 
         open_ = Signal(B)
-        open_row = Array(Signal(range(cfg.rows), name=f"open_row{b}") for b in range(B))
-        ras = Array(counter(tm.t_ras, f"ras_cnt{b}") for b in range(B))
-        rcd = Array(counter(tm.t_rcd, f"rcd_cnt{b}") for b in range(B))
-        rp = Array(counter(tm.t_rp, f"rp_cnt{b}") for b in range(B))
+        open_row = [Signal(range(max(2, cfg.rows)), name=f"open_row{b}") for b in range(B)]
+        ras = [counter(tm.t_ras, f"ras_cnt{b}") for b in range(B)]
+        rcd = [counter(tm.t_rcd, f"rcd_cnt{b}") for b in range(B)]
+        rp = [counter(tm.t_rp, f"rp_cnt{b}") for b in range(B)]
         max_gap = max(tm.t_wr_inp, tm.t_mac, tm.t_rd_out, tm.t_ccd, 1)
         gap = counter(max_gap, "gap_cnt")
         ccd = counter(tm.t_ccd, "ccd_cnt")
@@ -233,7 +242,7 @@ class Channel(wiring.Component):
                 m.d.sync += self.status.err_count.eq(self.status.err_count + 1)
 
         # ---- datapath ---------------------------------------------------
-        addr = Signal(range(cfg.rows * cfg.cols))
+        addr = Signal(range(max(2, cfg.rows * cfg.cols)))
         m.d.comb += addr.eq(head.row * cfg.cols + head.col)
         m.submodules.gbuf = gbuf = memory.Memory(shape=WORD_BITS, depth=cfg.gbuf_entries, init=[])
         gbuf_w, gbuf_r = gbuf.write_port(), gbuf.read_port()
@@ -255,15 +264,15 @@ class Channel(wiring.Component):
 
         # stage 1: the cycle after issue, when the read ports deliver
         s1_mac, s1_rd_out, s1_rd = Signal(), Signal(), Signal()
-        s1_out = Signal(range(cfg.obuf_entries))
-        s1_bank = Signal(range(B))
+        s1_out = Signal(range(max(2, cfg.obuf_entries)))  # never zero-width
+        s1_bank = Signal(range(max(2, B)))
         m.d.sync += [s1_mac.eq(do_col & is_[Opcode.MAC]), s1_rd_out.eq(do_col & is_[Opcode.RD_OUT]),
                      s1_rd.eq(do_col & is_[Opcode.RD]), s1_out.eq(head.out_idx),
                      s1_bank.eq(head.bank)]
 
         obuf = [[Signal(32, name=f"obuf{e}_bank{b}") for b in range(B)]
                 for e in range(cfg.obuf_entries)]
-        acc = [Array(obuf[e][b] for e in range(cfg.obuf_entries))[s1_out] for b in range(B)]
+        acc = [select(s1_out, [obuf[e][b] for e in range(cfg.obuf_entries)]) for b in range(B)]
 
         def lanes(word):
             return [word[16 * i:16 * (i + 1)] for i in range(LANES)]
@@ -281,6 +290,6 @@ class Channel(wiring.Component):
                         m.d.sync += obuf[e][b].eq(0)
         m.d.comb += [
             rdata_fifo.w_en.eq(s1_rd_out | s1_rd),
-            rdata_fifo.w_data.eq(Mux(s1_rd_out, rd_out_word, Array(bank_data)[s1_bank])),
+            rdata_fifo.w_data.eq(Mux(s1_rd_out, rd_out_word, select(s1_bank, bank_data))),
         ]
         return m

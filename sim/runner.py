@@ -134,7 +134,32 @@ def convert_waves(sim: str, test_dir: Path) -> Path | None:
         if fst.is_file() and shutil.which("fst2vcd"):
             subprocess.run(["fst2vcd", "-f", str(fst), "-o", str(vcd)], check=True,
                            capture_output=True)
-    return vcd if vcd.is_file() else None
+    if vcd.is_file():
+        write_gtkw(vcd)
+        return vcd
+    return None
+
+
+#: The main view: the streams, the controller's issue trace and status.
+GTKW_SIGNALS = ("clk", "rst", "cycle", "cmd__valid", "cmd__ready", "cmd__payload",
+                "wdata__valid", "wdata__ready", "rdata__valid", "rdata__ready", "trace__valid",
+                "trace__payload", "status", "open_", "gap_cnt", "ccd_cnt", "outstanding")
+
+
+def write_gtkw(vcd: Path) -> Path:
+    """A GTKWave save file with the main view, beside the VCD."""
+    from vcdvcd import VCDVCD
+
+    names = VCDVCD(str(vcd), only_sigs=True).signals
+    top = [n for n in names if n.count(".") == min(x.count(".") for x in names)]
+    by_leaf = {n.split(".")[-1].split("[")[0]: n for n in top}
+    lines = [f'[dumpfile] "{vcd.resolve()}"', "[timestart] 0"]
+    for leaf in GTKW_SIGNALS:
+        if leaf in by_leaf:
+            lines += ["@22" if "[" in by_leaf[leaf] else "@28", by_leaf[leaf]]
+    out = vcd.with_name("channel.gtkw")
+    out.write_text("\n".join(lines) + "\n")
+    return out
 
 
 def waves_enabled() -> bool:

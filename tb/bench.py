@@ -172,4 +172,14 @@ class ChannelTB:
                                   f"golden {want_status} ({ErrorCode(want_status[0]).name})")
         self.log.info("scoreboard: %d trace entries, %d read beats, %d cycles match golden",
                       len(want), len(ref.rdata), obs.cycles)
+        self.write_metrics(commands=len(commands), cycles=obs.cycles, trace_entries=len(want),
+                           read_beats=len(ref.rdata), seed=self.seed)
         return ref
+
+    @staticmethod
+    def write_metrics(**metrics) -> None:
+        """Leave the run's figures in the run folder (for make bench)."""
+        folder = os.environ.get("PIMORCH_TEST_DIR")
+        if folder:
+            with open(os.path.join(folder, "metrics.json"), "w") as f:
+                json.dump(metrics, f, indent=2)

@@ -40,9 +40,16 @@ def random_stream(config: ChannelConfig, n: int, rng: np.random.Generator,
         bank = int(rng.integers(config.banks))
         g = int(rng.integers(config.gbuf_entries))
         out = int(rng.integers(config.obuf_entries))
-        cmd = {Opcode.WR_INP: lambda: wr_inp(g), Opcode.MAC: lambda: mac(row, col, g, out),
-               Opcode.RD_OUT: lambda: rd_out(out), Opcode.RD: lambda: rd(bank, row, col),
-               Opcode.WR: lambda: wr(bank, row, col)}[op]()
+        if op == Opcode.WR_INP:
+            cmd = wr_inp(g)
+        elif op == Opcode.MAC:
+            cmd = mac(row, col, g, out)
+        elif op == Opcode.RD_OUT:
+            cmd = rd_out(out)
+        elif op == Opcode.RD:
+            cmd = rd(bank, row, col)
+        else:
+            cmd = wr(bank, row, col)
         cmds.append(cmd)
         if op in (Opcode.WR, Opcode.WR_INP):
             wdata.append(random_word(rng))

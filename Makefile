@@ -1,0 +1,49 @@
+# pimorch: make sim | test | verilog | lint | waves | bench | clean
+# Every target bootstraps .venv and checks the system tools it needs.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+SIM    ?= verilator
+WAVES  ?= 0
+export SIM WAVES
+
+.PHONY: sim test verilog lint waves bench clean tools formal
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "missing Python 3.11: apt-get install -y python3 python3-venv"; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python >= 3.11 needed, found $$($(PYTHON) --version)"; exit 1; }
+	@$(PYTHON) -m venv $(VENV) >/dev/null 2>&1 || { rm -rf $(VENV); echo "cannot create a virtual environment: apt-get install -y python3-venv"; exit 1; }
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e .
+	@touch $@
+
+tools:
+	@command -v iverilog >/dev/null 2>&1 && command -v vvp >/dev/null 2>&1 || { echo "missing Icarus Verilog: apt-get install -y iverilog"; exit 1; }
+	@command -v g++ >/dev/null 2>&1 || { echo "missing C++ compiler: apt-get install -y g++ make"; exit 1; }
+	@command -v perl >/dev/null 2>&1 || { echo "missing perl (Verilator needs it): apt-get install -y perl"; exit 1; }
+
+sim: $(STAMP) tools
+	$(BIN)/pimorch sim --sim $(SIM) $(if $(filter 1 yes true,$(WAVES)),--waves,)
+
+test: $(STAMP) tools
+	@command -v fst2vcd >/dev/null 2>&1 || { echo "missing fst2vcd (Icarus waveforms): apt-get install -y gtkwave"; exit 1; }
+	$(BIN)/python -m pytest -q
+
+verilog: $(STAMP)
+	$(BIN)/pimorch verilog --out build/verilog-out
+
+lint: $(STAMP) tools
+	$(BIN)/pimorch lint
+
+waves: $(STAMP) tools
+	@command -v fst2vcd >/dev/null 2>&1 || [ "$(SIM)" = verilator ] || { echo "missing fst2vcd: apt-get install -y gtkwave"; exit 1; }
+	$(BIN)/pimorch sim --sim $(SIM) --waves
+	@echo "open one with: gtkwave build/sim/runs/$(SIM)-waves/<test>/waves.vcd build/sim/runs/$(SIM)-waves/<test>/channel.gtkw"
+
+bench: $(STAMP) tools
+	$(BIN)/pimorch bench --json build/bench.json
+
+clean:
+	rm -rf build .pytest_cache .ruff_cache .hypothesis

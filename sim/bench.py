@@ -1,0 +1,65 @@
+"""Benchmarks: RTL simulation speed of the GEMV under each simulator and the
+golden model's speed on the same command stream. Writes JSON."""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from pathlib import Path
+
+from golden.channel import ChannelModel
+from golden.config import small_config
+from sim import runner
+from tb.stimulus import gemv_problem
+
+GEMV_SHAPE = (256, 512)
+
+
+def bench_golden(repeat: int = 3) -> dict:
+    cfg = small_config()
+    _, _, cmds, beats = gemv_problem(*GEMV_SHAPE, seed=1, config=cfg)
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = ChannelModel(cfg).run(cmds, beats)
+        best = min(best, time.perf_counter() - start)
+    return {"commands": len(cmds), "cycles": result.cycles, "wall_s": round(best, 4),
+            "cycles_per_s": round(result.cycles / best), "commands_per_s": round(len(cmds) / best)}
+
+
+def bench_rtl(sim: str) -> dict:
+    start = time.perf_counter()
+    runner.build(sim)
+    build_s = time.perf_counter() - start
+    start = time.perf_counter()
+    results, test_dir = runner.run(sim, ["gemv"], seed=1, run_name="bench-gemv")
+    total_s = time.perf_counter() - start
+    metrics = json.loads((test_dir / "metrics.json").read_text())
+    res = results[0]
+    return {"passed": res.passed, "cycles": metrics["cycles"], "commands": metrics["commands"],
+            "test_wall_s": round(res.wall_s, 3), "run_wall_s": round(total_s, 3),
+            "build_wall_s_if_stale": round(build_s, 3),
+            "cycles_per_s": round(metrics["cycles"] / res.wall_s) if res.wall_s else None}
+
+
+def bench(out: Path | None, sims: list[str]) -> dict:
+    report = {
+        "benchmark": f"GEMV {GEMV_SHAPE[0]}x{GEMV_SHAPE[1]} on one channel, static controller",
+        "config": small_config().describe(),
+        "host": {"python": platform.python_version(), "machine": platform.machine()},
+        "golden": bench_golden(),
+        "rtl": {sim: bench_rtl(sim) for sim in sims},
+    }
+    for r in report["rtl"].values():
+        if r.get("cycles_per_s"):
+            r["golden_speedup"] = round(report["golden"]["cycles_per_s"] / r["cycles_per_s"], 1)
+    text = json.dumps(report, indent=2)
+    if out is None or str(out) == "-":
+        print(text)
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
+        print(text)
+        print(f"wrote {out}")
+    return report

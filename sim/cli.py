@@ -1,0 +1,219 @@
+"""``pimorch``: the project's command line.
+
+Errors in input (a bad configuration key, an unknown profile, a missing
+tool, a malformed command) print one line naming the problem and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from golden.channel import CommandError
+from golden.config import PROFILES, ConfigError, load_profile, load_profile_data
+from sim.tools import SIMULATORS, ToolError
+
+
+def _overrides(pairs: list[str]) -> dict[str, int]:
+    out = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {pair!r}: expected key=value")
+        try:
+            out[key.strip()] = int(value)
+        except ValueError:
+            raise ConfigError(f"--set {key}: value {value!r} is not an integer") from None
+    return out
+
+
+def _emit(data: dict, json_path: str | None) -> None:
+    text = json.dumps(data, indent=2)
+    if json_path in (None, "-"):
+        print(text)
+    else:
+        Path(json_path).write_text(text + "\n")
+        print(f"wrote {json_path}", file=sys.stderr)
+
+
+# ---- commands -------------------------------------------------------------
+
+
+def cmd_sim(args) -> int:
+    from sim import runner
+
+    waves = args.waves or runner.waves_enabled()
+    tests = args.test or runner.list_tests()
+    print(f"pimorch sim: {len(tests)} test(s) under {args.sim}"
+          f"{' with waveforms' if waves else ''}; building the model if needed ...", flush=True)
+    runner.build(args.sim, waves=waves)
+    rows, started = [], time.perf_counter()
+    for name in tests:
+        results, test_dir = runner.run(args.sim, [name], waves=waves, seed=args.seed,
+                                       run_name=name)
+        for r in results:
+            metrics = test_dir / "metrics.json"
+            cycles = json.loads(metrics.read_text())["cycles"] if metrics.is_file() else 0
+            wave = test_dir / "waves.vcd"
+            rows.append((r, cycles, wave if wave.is_file() else None, test_dir))
+            status = "PASS" if r.passed else "FAIL"
+            print(f"  {status}  {r.name:28} {cycles:>9} cycles {r.wall_s:8.2f} s"
+                  + (f"  {wave}" if wave.is_file() else ""), flush=True)
+            if not r.passed:
+                print(f"        {r.message.splitlines()[0] if r.message else ''}")
+                print(f"        log: {test_dir / 'sim.log'}")
+    passed = sum(r.passed for r, *_ in rows)
+    failed = len(rows) - passed
+    print(f"{args.sim}: {passed} passed, {failed} failed "
+          f"in {time.perf_counter() - started:.1f} s (build folder build/sim/)")
+    return 0 if rows and not failed else 1
+
+
+def cmd_verilog(args) -> int:
+    from sim.generate import CONFIGS, generate
+
+    for name in args.config or ["small", "full16"]:
+        path = generate(CONFIGS[name]())
+        out = Path(args.out) / name / path.name
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(path.read_text())
+        print(f"{name:7} {out}  ({CONFIGS[name]().describe()})")
+    return 0
+
+
+def cmd_lint(args) -> int:
+    from sim.lint import lint
+
+    return lint(args.config, ruff=not args.no_ruff)
+
+
+def cmd_gemv(args) -> int:
+    """A GEMV on the golden model: cycles, utilisation, accuracy."""
+    import numpy as np
+
+    from golden import numerics as nm
+    from golden.channel import ChannelModel, gemv_result
+    from golden.isa import Opcode
+    from tb.stimulus import gemv_problem
+
+    cfg = load_profile(args.profile, **{"rows": 64, "cols": 32, "gbuf_entries": 32,
+                                        "obuf_entries": 4, **_overrides(args.set)})
+    w, x, cmds, beats = gemv_problem(args.n_out, args.n_in, args.seed, cfg)
+    start = time.perf_counter()
+    result = ChannelModel(cfg, strict=True).run(cmds, beats)
+    wall = time.perf_counter() - start
+    y = nm.bf16_to_float(gemv_result(result.rdata, args.n_out, cfg.banks))
+    ref = nm.bf16_to_float(w).astype(np.float32) @ nm.bf16_to_float(x).astype(np.float32)
+    first_mac = next(e.cycle for e in result.trace if e.opcode == Opcode.MAC)
+    compute_cycles = result.cycles - first_mac
+    data = {
+        "config": cfg.describe(), "n_out": args.n_out, "n_in": args.n_in, "seed": args.seed,
+        "commands": len(cmds), "macs": result.mac_count, "cycles": result.cycles,
+        "compute_cycles": compute_cycles,
+        "mac_utilization": round(result.mac_count * cfg.timing.t_ccd / compute_cycles, 4),
+        "time_us": round(result.cycles * load_profile_data(args.profile).get("t_ck_ns", 1)
+                         / 1000, 3),
+        "max_abs_err_vs_float32": float(np.max(np.abs(y - ref))),
+        "golden_wall_s": round(wall, 4),
+    }
+    _emit(data, args.json)
+    return 0
+
+
+def cmd_profiles(args) -> int:
+    for name in PROFILES:
+        data = load_profile_data(name)
+        print(f"{name}: {load_profile(name).describe()}")
+        for key, source in data.get("sources", {}).items():
+            print(f"    {key}: {source}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from sim.bench import bench
+
+    report = bench(Path(args.json) if args.json else None, args.sim or list(SIMULATORS))
+    return 0 if all(r["passed"] for r in report["rtl"].values()) else 1
+
+
+STUDIES = {"gemv": cmd_gemv}
+
+
+def cmd_run(args) -> int:
+    if args.study not in STUDIES:
+        raise ConfigError(f"unknown study {args.study!r} (known: {', '.join(sorted(STUDIES))})")
+    return STUDIES[args.study](args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="pimorch",
+        description="PIM orchestration reference: Amaranth RTL of a PIM channel and its "
+                    "bit/cycle-exact golden model.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("sim", help="run the cocotb testbenches on the generated Verilog")
+    s.add_argument("--sim", choices=SIMULATORS, default=os.environ.get("SIM", "verilator"))
+    s.add_argument("--test", action="append", help="run only this test (repeatable)")
+    s.add_argument("--seed", type=int, default=int(os.environ["SEED"]) if os.environ.get(
+        "SEED") else None, help="random seed (printed by every run; replays it)")
+    s.add_argument("--waves", action="store_true", help="write a VCD per test (also WAVES=1)")
+    s.set_defaults(func=cmd_sim)
+
+    s = sub.add_parser("verilog", help="write the generated Verilog")
+    s.add_argument("--config", action="append", choices=["small", "full16"])
+    s.add_argument("--out", default="build/verilog-out")
+    s.set_defaults(func=cmd_verilog)
+
+    s = sub.add_parser("lint", help="Verilator --lint-only -Wall (targeted waivers) and ruff")
+    s.add_argument("--config", action="append", choices=["small", "full16"])
+    s.add_argument("--no-ruff", action="store_true")
+    s.set_defaults(func=cmd_lint)
+
+    def gemv_args(s):
+        s.add_argument("--n-out", type=int, default=256)
+        s.add_argument("--n-in", type=int, default=512)
+        s.add_argument("--profile", default="gddr6-aim",
+                       help=f"device profile: {', '.join(PROFILES)} or a TOML file")
+        s.add_argument("--set", action="append", metavar="KEY=VALUE",
+                       help="override a geometry or timing key, e.g. --set banks=8")
+        s.add_argument("--seed", type=int, default=0)
+        s.add_argument("--json", metavar="FILE", help="write JSON to FILE ('-' for stdout)")
+
+    s = sub.add_parser("gemv", help="run a GEMV on the golden model")
+    gemv_args(s)
+    s.set_defaults(func=cmd_gemv)
+
+    s = sub.add_parser("run", help="run a golden-model study by name")
+    s.add_argument("study", help=f"one of: {', '.join(sorted(STUDIES))}")
+    gemv_args(s)
+    s.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("profiles", help="list device profiles and their sources")
+    s.set_defaults(func=cmd_profiles)
+
+    s = sub.add_parser("bench", help="benchmark RTL and golden simulation speed (JSON)")
+    s.add_argument("--json", metavar="FILE", help="also write the JSON to FILE")
+    s.add_argument("--sim", action="append", choices=SIMULATORS)
+    s.set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ConfigError, CommandError, ToolError) as e:
+        print(f"pimorch: error: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:
+        print(f"pimorch: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
