@@ -7,6 +7,7 @@ gets its own folder under ``build/sim/runs/`` so waveforms never collide.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -33,6 +34,21 @@ class TestResult:
     message: str = ""
 
 
+@contextlib.contextmanager
+def _waves_env(waves: bool):
+    """cocotb's runner lets a WAVES environment variable override its
+    ``waves`` argument; pin it to the argument for the call."""
+    saved = os.environ.get("WAVES")
+    os.environ["WAVES"] = "1" if waves else "0"
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ["WAVES"]
+        else:
+            os.environ["WAVES"] = saved
+
+
 def build_dir(sim: str, config: ChannelConfig, waves: bool) -> Path:
     return BUILD / "sim" / f"{sim}-{config_key(config)}{'-waves' if waves else ''}"
 
@@ -50,10 +66,11 @@ def build(sim: str, config: ChannelConfig | None = None, waves: bool = False):
     args = []
     if sim == "verilator":
         args = [*VERILATOR_WAIVERS, "--x-assign", "fast", "--x-initial", "fast"]
-    runner.build(sources=[verilog.resolve()], hdl_toplevel=TOPLEVEL,
-                 build_dir=build_dir(sim, config, waves), build_args=args, waves=waves,
-                 timescale=("1ns", "1ps"), always=False,
-                 log_file=build_dir(sim, config, waves) / "build.log")
+    with _waves_env(waves):
+        runner.build(sources=[verilog.resolve()], hdl_toplevel=TOPLEVEL,
+                     build_dir=build_dir(sim, config, waves), build_args=args, waves=waves,
+                     timescale=("1ns", "1ps"), always=False,
+                     log_file=build_dir(sim, config, waves) / "build.log")
     return runner
 
 
@@ -72,11 +89,12 @@ def run(sim: str, testcases: list[str] | None = None, config: ChannelConfig | No
            "PIMORCH_TEST_DIR": str(test_dir), **(extra_env or {})}
     plusargs = [f"+dumpfile_path={test_dir / 'waves.fst'}"] if waves and sim == "icarus" else []
     started = time.perf_counter()
-    xml = runner.test(test_module=TB_MODULE, hdl_toplevel=TOPLEVEL, testcase=testcases,
-                      build_dir=build_dir(sim, config, waves), test_dir=test_dir, waves=waves,
-                      seed=seed, extra_env=env, plusargs=plusargs,
-                      results_xml=str(test_dir / "results.xml"),
-                      log_file=test_dir / "sim.log")
+    with _waves_env(waves):
+        xml = runner.test(test_module=TB_MODULE, hdl_toplevel=TOPLEVEL, testcase=testcases,
+                          build_dir=build_dir(sim, config, waves), test_dir=test_dir,
+                          waves=waves, seed=seed, extra_env=env, plusargs=plusargs,
+                          results_xml=str(test_dir / "results.xml"),
+                          log_file=test_dir / "sim.log")
     results = parse_results(Path(xml))
     if not results:
         results = [TestResult(name, False, 0.0, time.perf_counter() - started,

@@ -144,3 +144,11 @@ def test_profiles_load_with_sources(name):
     cfg = load_profile(name)
     assert cfg.banks == 16 and cfg.timing.t_rcd > 0
     assert {"t_rcd", "t_rp", "t_ras", "t_ccd"} <= set(load_profile_data(name)["sources"])
+
+
+def test_docs_worked_example():
+    """docs/channel.md, 'Worked example': the table is this run."""
+    r = ChannelModel(small_config()).run(
+        [wr_inp(0), mac(3, 0, 0, 0), mac(3, 1, 0, 0), rd_out(0)], wdata=[0])
+    assert [(e.opcode.name, e.cycle) for e in r.trace] == [
+        ("WR_INP", 1), ("ACT", 5), ("MAC", 61), ("MAC", 69), ("RD_OUT", 77)]
