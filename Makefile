@@ -9,7 +9,7 @@ SIM    ?= verilator
 WAVES  ?= 0
 export SIM WAVES
 
-.PHONY: sim test verilog lint waves bench clean tools formal
+.PHONY: sim test verilog lint waves bench clean tools
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "missing Python 3.11: apt-get install -y python3 python3-venv"; exit 1; }
