@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import json
 import os
 import shutil
@@ -37,11 +38,13 @@ class TestResult:
 @contextlib.contextmanager
 def _waves_env(waves: bool):
     """cocotb's runner lets a WAVES environment variable override its
-    ``waves`` argument; pin it to the argument for the call."""
+    ``waves`` argument; pin it to the argument for the call. The runner's
+    own progress prints are dropped (its tools' output goes to log files)."""
     saved = os.environ.get("WAVES")
     os.environ["WAVES"] = "1" if waves else "0"
     try:
-        yield
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
     finally:
         if saved is None:
             del os.environ["WAVES"]
