@@ -31,7 +31,7 @@ test: $(STAMP) tools
 	@command -v fst2vcd >/dev/null 2>&1 || { echo "missing fst2vcd (Icarus waveforms): apt-get install -y gtkwave"; exit 1; }
 	$(BIN)/python -m pytest -q
 
-verilog: $(STAMP)
+verilog: $(STAMP) tools
 	$(BIN)/pimorch verilog --out build/verilog-out
 
 lint: $(STAMP) tools
