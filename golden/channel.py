@@ -204,131 +204,219 @@ class ChannelModel:
                 return code, f"{op.name}: {name}={value} out of range (< {limit})"
         return ErrorCode.NONE, ""
 
+    # ---- data effects, shared by every policy ---------------------------
+    def _execute(self, cmd: Command, beat: np.ndarray | None) -> int | None:
+        """Apply ``cmd`` at its issue; return its read beat, if any."""
+        op = Opcode(cmd.opcode)
+        if op == Opcode.WR_INP:
+            self.gbuf[cmd.gbuf_idx] = beat
+        elif op == Opcode.WR:
+            self._row(cmd.bank, cmd.row)[cmd.col] = beat
+        elif op == Opcode.MAC:
+            banks = self.config.banks
+            weights = np.stack([self._row(b, cmd.row)[cmd.col] for b in range(banks)])
+            self.obuf[cmd.out_idx] = numerics.mac(self.obuf[cmd.out_idx], weights,
+                                                  self.gbuf[cmd.gbuf_idx])
+        elif op == Opcode.RD_OUT:
+            lanes = np.zeros(LANES, np.uint16)
+            lanes[:self.config.banks] = numerics.f32_to_bf16(self.obuf[cmd.out_idx])
+            self.obuf[cmd.out_idx] = 0
+            return numerics.lanes_to_word(lanes)
+        elif op == Opcode.RD:
+            return numerics.lanes_to_word(self._row(cmd.bank, cmd.row)[cmd.col])
+        return None
+
     # ---- the controller ------------------------------------------------
     def run(self, commands: Sequence[Command | int], wdata: Sequence[int] = (),
             cmd_arrivals: Sequence[int] | None = None,
             wdata_arrivals: Sequence[int] | None = None,
             rdata_pops: Sequence[int] | None = None) -> RunResult:
-        """Run a command stream from reset.
+        """Run a command stream from reset under ``config.policy``.
 
         ``cmd_arrivals[i]`` / ``wdata_arrivals[k]`` are the cycles the RTL
         accepted command i / write beat k (default: all at cycle 0, i.e.
         always available). ``rdata_pops[j]`` is the cycle read beat j was
         popped (default: as soon as possible)."""
-        cfg, tm = self.config, self.config.timing
         cmds = [Command.unpack(c) if isinstance(c, int) else c for c in commands]
-        n = len(cmds)
-        cmd_arrivals = list(cmd_arrivals) if cmd_arrivals is not None else [0] * n
-        wdata = list(wdata)
-        wdata_arrivals = list(wdata_arrivals) if wdata_arrivals is not None else [0] * len(wdata)
-        if len(cmd_arrivals) != n or len(wdata_arrivals) != len(wdata):
-            raise ValueError("arrival lists must match the command and write-data lists")
-        banks = cfg.banks
-        never = -(1 << 40)
-        open_row = [None] * banks
-        t_act = [never] * banks
-        t_pre = [never] * banks
-        t_col = never
+        streams = Streams(self.config, cmds, list(wdata), cmd_arrivals, wdata_arrivals,
+                          rdata_pops)
+        if self.config.policy == "static":
+            return self._run_static(streams)
+        from golden.dcs import run_dynamic
+
+        return run_dynamic(self, streams)
+
+    def _record_error(self, streams: Streams, cmd_id: int, code: ErrorCode,
+                      message: str) -> None:
+        """A rejected command: raise in strict mode, else record it (sticky)."""
+        if self.strict:
+            raise CommandError(code, message)
+        streams.errors.append((cmd_id, code))
+        st = streams.status
+        if st.err_code == ErrorCode.NONE:
+            st.err_code, st.err_id = code, cmd_id
+        st.err_count = min(st.err_count + 1, ERR_COUNT_MAX)
+
+    def _drop(self, streams: Streams, cmd_id: int, cmd: Command, code: ErrorCode,
+              message: str, t: int) -> int:
+        """Static policy: drop a rejected command (after its write beat, if
+        it has one); return the cycle it is dropped in."""
+        self._record_error(streams, cmd_id, code, message)
+        if cmd.opcode in _WRITES:
+            t = max(t, streams.take_wdata()[0])
+        return t
+
+    def _run_static(self, streams: Streams) -> RunResult:
+        tm = self.config.timing
+        banks = BankTimer(self.config.banks, tm)
         gap_until = 0
-        trace: list[TraceEntry] = []
-        rdata: list[int] = []
-        read_issue: list[int] = []
-        errors: list[tuple[int, ErrorCode]] = []
-        status = Status()
-        wbeat = 0
         free = 0  # first cycle the controller can work on the next command
-
-        def wdata_ready(k: int) -> int:
-            if k >= len(wdata):
-                raise ValueError(f"command needs write-data beat {k} but only {len(wdata)} given")
-            return wdata_arrivals[k] + 1
-
-        def read_credit_ready() -> int:
-            j = len(read_issue) - cfg.rdata_depth  # this beat waits for beat j's pop
-            if j < 0:
-                return 0
-            if rdata_pops is not None:
-                if j >= len(rdata_pops):
-                    raise ValueError(f"read beat {j} was never popped; the run cannot complete")
-                return rdata_pops[j] + 1
-            return read_issue[j] + RDATA_POP_LATENCY + 1
-
-        for i, cmd in enumerate(cmds):
+        for i, cmd in enumerate(streams.commands):
             cmd_id = i % CMD_ID_MOD
-            t = max(cmd_arrivals[i] + 1, free)
+            t = max(streams.cmd_arrivals[i] + 1, free)
             code, message = self.check(cmd)
             if code != ErrorCode.NONE:
-                if self.strict:
-                    raise CommandError(code, message)
-                if cmd.opcode in _WRITES:
-                    t = max(t, wdata_ready(wbeat))
-                    wbeat += 1
-                errors.append((cmd_id, code))
-                if status.err_code == ErrorCode.NONE:
-                    status.err_code, status.err_id = code, cmd_id
-                status.err_count = min(status.err_count + 1, ERR_COUNT_MAX)
-                free = t + 1
+                free = self._drop(streams, cmd_id, cmd, code, message, t) + 1
                 continue
             op = Opcode(cmd.opcode)
-            touched = range(banks) if op == Opcode.MAC else [cmd.bank] if op in (
-                Opcode.RD, Opcode.WR) else []
-
-            def issue(kind: Opcode, earliest: int, cmd_id: int = cmd_id) -> int:
-                nonlocal gap_until, t
-                c = max(t, gap_until, earliest)
-                trace.append(TraceEntry(cmd_id, kind, c))
-                gap_until = c + tm.gap(kind)
-                t = c + 1
-                return c
-
-            if touched:
-                if op == Opcode.MAC:
-                    need_pre = [b for b in touched if open_row[b] is not None] if any(
-                        open_row[b] != cmd.row for b in touched) else []
-                else:
-                    need_pre = [b for b in touched if open_row[b] not in (None, cmd.row)]
-                if need_pre:
-                    c = issue(Opcode.PRE, max(t_act[b] + tm.t_ras for b in need_pre))
-                    for b in need_pre:
-                        open_row[b], t_pre[b] = None, c
-                need_act = [b for b in touched if open_row[b] is None]
-                if need_act:
-                    c = issue(Opcode.ACT, max(t_pre[b] + tm.t_rp for b in need_act))
-                    for b in need_act:
-                        open_row[b], t_act[b] = cmd.row, c
-                col_ready = max(max(t_act[b] + tm.t_rcd for b in touched), t_col + tm.t_ccd)
-            else:
-                col_ready = 0
-
+            while (action := banks.next_action(op, cmd)) is not None:
+                kind, targets = action
+                c = max(t, gap_until, banks.earliest(kind, targets))
+                banks.apply(kind, targets, c, cmd.row)
+                streams.trace.append(TraceEntry(cmd_id, kind, c))
+                gap_until, t = c + tm.gap(kind), c + 1
+            earliest = banks.earliest(op, banks.touched(op, cmd))
+            beat = None
             if op in _WRITES:
-                col_ready = max(col_ready, wdata_ready(wbeat))
-                beat = numerics.words_to_lanes(wdata[wbeat])
-                wbeat += 1
+                ready, beat = streams.take_wdata()
+                earliest = max(earliest, ready)
             if op in _READS:
-                col_ready = max(col_ready, read_credit_ready())
-            c = issue(op, col_ready)
-            if touched:
-                t_col = c
-            if op in _READS:
-                read_issue.append(c)
+                earliest = max(earliest, streams.read_credit_ready())
+            c = max(t, gap_until, earliest)
+            banks.apply(op, banks.touched(op, cmd), c, cmd.row)
+            streams.trace.append(TraceEntry(cmd_id, op, c))
+            gap_until = c + tm.gap(op)
+            streams.issue(c, self._execute(cmd, beat))
+            free = c + 1
+        return streams.result(free)
 
-            if op == Opcode.WR_INP:
-                self.gbuf[cmd.gbuf_idx] = beat
-            elif op == Opcode.WR:
-                self._row(cmd.bank, cmd.row)[cmd.col] = beat
-            elif op == Opcode.MAC:
-                weights = np.stack([self._row(b, cmd.row)[cmd.col] for b in range(banks)])
-                self.obuf[cmd.out_idx] = numerics.mac(self.obuf[cmd.out_idx], weights,
-                                                      self.gbuf[cmd.gbuf_idx])
-            elif op == Opcode.RD_OUT:
-                lanes = np.zeros(LANES, np.uint16)
-                lanes[:banks] = numerics.f32_to_bf16(self.obuf[cmd.out_idx])
-                rdata.append(numerics.lanes_to_word(lanes))
-                self.obuf[cmd.out_idx] = 0
-            elif op == Opcode.RD:
-                rdata.append(numerics.lanes_to_word(self._row(cmd.bank, cmd.row)[cmd.col]))
-            free = t
-        return RunResult(trace, rdata, errors, status, free)
+
+class BankTimer:
+    """Open rows and the tRAS/tRP/tRCD/tCCD bookkeeping of the banks.
+
+    A MAC needs its row open in every bank: if any bank is open and not all
+    are at the row, an all-bank PRE closes every open bank, then an all-bank
+    ACT. RD/WR need their row open in their bank: PRE if another row is
+    open there, then ACT."""
+
+    NEVER = -(1 << 40)
+
+    def __init__(self, n_banks: int, timing):
+        self.n, self.tm = n_banks, timing
+        self.open_row: list[int | None] = [None] * n_banks
+        self.t_act = [self.NEVER] * n_banks
+        self.t_pre = [self.NEVER] * n_banks
+        self.t_col = self.NEVER
+
+    def touched(self, op: Opcode, cmd: Command) -> list[int]:
+        if op == Opcode.MAC:
+            return list(range(self.n))
+        if op in (Opcode.RD, Opcode.WR):
+            return [cmd.bank]
+        return []
+
+    def next_action(self, op: Opcode, cmd: Command) -> tuple[Opcode, list[int]] | None:
+        """The PRE or ACT ``cmd`` needs next, or None when its row is open."""
+        touched = self.touched(op, cmd)
+        if not touched:
+            return None
+        if op == Opcode.MAC:
+            if any(self.open_row[b] != cmd.row for b in touched):
+                pre = [b for b in touched if self.open_row[b] is not None]
+            else:
+                pre = []
+        else:
+            pre = [b for b in touched if self.open_row[b] not in (None, cmd.row)]
+        if pre:
+            return Opcode.PRE, pre
+        act = [b for b in touched if self.open_row[b] is None]
+        return (Opcode.ACT, act) if act else None
+
+    def earliest(self, kind: Opcode, banks: list[int]) -> int:
+        """Earliest cycle the bank rules allow ``kind`` on ``banks``."""
+        tm = self.tm
+        if kind == Opcode.PRE:
+            return max(self.t_act[b] + tm.t_ras for b in banks)
+        if kind == Opcode.ACT:
+            return max(self.t_pre[b] + tm.t_rp for b in banks)
+        if not banks:
+            return 0
+        return max(max(self.t_act[b] + tm.t_rcd for b in banks), self.t_col + tm.t_ccd)
+
+    def apply(self, kind: Opcode, banks: list[int], cycle: int, row: int) -> None:
+        for b in banks:
+            if kind == Opcode.PRE:
+                self.open_row[b], self.t_pre[b] = None, cycle
+            elif kind == Opcode.ACT:
+                self.open_row[b], self.t_act[b] = row, cycle
+        if kind not in (Opcode.PRE, Opcode.ACT) and banks:
+            self.t_col = cycle
+
+
+class Streams:
+    """The channel's stream interfaces as the controller sees them: command
+    and write-beat arrival cycles, read credits, and what comes out."""
+
+    def __init__(self, config: ChannelConfig, commands: list[Command], wdata: list[int],
+                 cmd_arrivals, wdata_arrivals, rdata_pops):
+        n = len(commands)
+        self.config, self.commands, self.wdata = config, commands, wdata
+        self.cmd_arrivals = list(cmd_arrivals) if cmd_arrivals is not None else [0] * n
+        self.wdata_arrivals = (list(wdata_arrivals) if wdata_arrivals is not None
+                               else [0] * len(wdata))
+        if len(self.cmd_arrivals) != n or len(self.wdata_arrivals) != len(wdata):
+            raise ValueError("arrival lists must match the command and write-data lists")
+        self.rdata_pops = rdata_pops
+        self.wbeat = 0
+        self.read_issue: list[int] = []
+        self.trace: list[TraceEntry] = []
+        self.rdata: list[int] = []
+        self.errors: list[tuple[int, ErrorCode]] = []
+        self.status = Status()
+
+    def wdata_ready(self) -> int:
+        """Cycle from which the next write beat is visible."""
+        k = self.wbeat
+        if k >= len(self.wdata):
+            raise ValueError(f"command needs write-data beat {k} but only "
+                             f"{len(self.wdata)} given")
+        return self.wdata_arrivals[k] + 1
+
+    def take_wdata(self) -> tuple[int, np.ndarray]:
+        ready = self.wdata_ready()
+        beat = numerics.words_to_lanes(self.wdata[self.wbeat])
+        self.wbeat += 1
+        return ready, beat
+
+    def read_credit_ready(self) -> int:
+        """Earliest cycle a new read may issue: fewer than rdata_depth beats
+        issued before it may still be unpopped."""
+        j = len(self.read_issue) - self.config.rdata_depth  # waits for beat j's pop
+        if j < 0:
+            return 0
+        if self.rdata_pops is not None:
+            if j >= len(self.rdata_pops):
+                raise ValueError(f"read beat {j} was never popped; the run cannot complete")
+            return self.rdata_pops[j] + 1
+        return self.read_issue[j] + RDATA_POP_LATENCY + 1
+
+    def issue(self, cycle: int, beat: int | None) -> None:
+        if beat is not None:
+            self.read_issue.append(cycle)
+            self.rdata.append(beat)
+
+    def result(self, cycles: int) -> RunResult:
+        return RunResult(self.trace, self.rdata, self.errors, self.status, cycles)
 
 
 def gemv_stream(matrix_bf16: np.ndarray, config: ChannelConfig,

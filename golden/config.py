@@ -21,6 +21,11 @@ class ConfigError(ValueError):
     message names the key and the value."""
 
 
+#: Controller policies (DESIGN.md §2.2): static in-order with fixed gaps,
+#: ping-pong buffering, Dynamic Command Scheduling.
+POLICIES = ("static", "pingpong", "dcs")
+
+
 @dataclass(frozen=True)
 class Timing:
     """Controller-cycle timing. ``t_wr_inp``, ``t_mac``, ``t_rd_out`` are
@@ -59,8 +64,14 @@ class ChannelConfig:
     rdata_depth: int = 4  # read-data credits (output FIFO entries)
     timing: Timing = field(default_factory=Timing)
     profile: str = "custom"
+    policy: str = "static"  # controller: one of POLICIES
+    io_depth: int = 4  # DCS I/O queue entries (WR-INP, RD-OUT, RD, WR)
+    compute_depth: int = 4  # DCS compute queue entries (MAC)
 
     def __post_init__(self):
+        if self.policy not in POLICIES:
+            raise ConfigError(f"policy must be one of {', '.join(POLICIES)}, "
+                              f"not {self.policy!r}")
         limits = {
             "banks": (1, min(LANES, 1 << FIELDS["bank"].width)),
             "rows": (1, 1 << FIELDS["row"].width),
@@ -70,6 +81,8 @@ class ChannelConfig:
             "cmd_depth": (1, 1024),
             "wdata_depth": (1, 1024),
             "rdata_depth": (1, 1024),
+            "io_depth": (1, 1024),
+            "compute_depth": (1, 1024),
         }
         for key, (lo, hi) in limits.items():
             value = getattr(self, key)
@@ -87,9 +100,10 @@ class ChannelConfig:
 
     def describe(self) -> str:
         t = self.timing
-        return (f"{self.profile}: {self.banks} banks x {self.rows} rows x {self.cols} cols, "
-                f"GBuf {self.gbuf_entries}, OBuf {self.obuf_entries}, tRCD {t.t_rcd} tRP {t.t_rp} "
-                f"tRAS {t.t_ras} tCCD {t.t_ccd} gaps {t.t_wr_inp}/{t.t_mac}/{t.t_rd_out}")
+        return (f"{self.profile} ({self.policy}): {self.banks} banks x {self.rows} rows x "
+                f"{self.cols} cols, GBuf {self.gbuf_entries}, OBuf {self.obuf_entries}, "
+                f"tRCD {t.t_rcd} tRP {t.t_rp} tRAS {t.t_ras} tCCD {t.t_ccd} "
+                f"gaps {t.t_wr_inp}/{t.t_mac}/{t.t_rd_out}")
 
 
 PROFILES = {"gddr6-aim": "gddr6_aim.toml", "hbm2-pim": "hbm2_pim.toml"}
@@ -124,7 +138,8 @@ def load_profile(name_or_path: str = DEFAULT_PROFILE, **overrides) -> ChannelCon
     missing = timing_keys - set(data.get("timing", {}))
     if missing:
         raise ConfigError(f"profile {name_or_path!r}: missing key timing.{sorted(missing)[0]}")
-    valid = timing_keys | geometry_keys | {"cmd_depth", "wdata_depth", "rdata_depth"}
+    valid = timing_keys | geometry_keys | {"cmd_depth", "wdata_depth", "rdata_depth", "policy",
+                                           "io_depth", "compute_depth"}
     for key in overrides:
         if key not in valid:
             raise ConfigError(f"unknown configuration key {key!r} "

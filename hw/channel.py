@@ -79,6 +79,9 @@ class Channel(wiring.Component):
     def __init__(self, config: ChannelConfig):
         if not isinstance(config, ChannelConfig):
             raise TypeError(f"config must be a ChannelConfig, not {config!r}")
+        if config.policy != "static":
+            raise ValueError(f"hw.Channel implements policy 'static' only, not "
+                             f"{config.policy!r}; the golden model has the others")
         self.config = config
         super().__init__({
             "cmd": In(stream.Signature(CommandLayout)),

@@ -1,0 +1,191 @@
+"""Dynamic Command Scheduling (PIMphony §V, DESIGN.md §2.2), cycle by cycle.
+
+The rules (docs/scheduling.md has the prose):
+
+Decode (one command per cycle)
+    The head of the command FIFO is decoded in the first cycle it is
+    visible. A malformed command is rejected there (a WR/WR-INP still sends
+    a *discard* entry down the I/O queue so its write beat is consumed in
+    stream order). A good command takes its ID, reads the D-Table entry of
+    each GBuf/OBuf entry it touches as its dependency ID (DID), writes its
+    own ID there, and enters its queue, issuable from the next cycle:
+
+    * compute queue: MAC;
+    * I/O queue: WR-INP, RD-OUT, and the normal RD/WR. RD/WR are fences:
+      they are decoded only into empty queues, and nothing is decoded behind
+      one until it has issued (bank contents are not tracked by the tables).
+
+    Decode waits while the target queue is full (occupancy at the start of
+    the cycle).
+
+Issue (one command-bus slot per cycle)
+    The compute head goes first; the I/O head may issue when the compute
+    head does not. Each head issues its PRE/ACT, then itself, under the bank
+    rules of ``BankTimer``; no static gaps. A command also needs, for every
+    entry with a DID, the S-Table to show that DID as the last issued
+    command and the cycle to have reached that access's completion:
+
+    =========================  ===========================
+    access (issued in ``c``)   completes
+    =========================  ===========================
+    WR-INP writes GBuf         ``c + t_wr_inp``
+    MAC reads GBuf             ``c + 1``
+    MAC writes OBuf            ``c + t_mac``; a MAC on the same entry
+                               may follow from ``c + tCCD`` (is-MAC flag)
+    RD-OUT reads OBuf          ``c + t_rd_out``
+    =========================  ===========================
+
+    WR-INP and WR also need their write beat, RD-OUT and RD a read credit,
+    as under the static policy.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from golden.channel import CMD_ID_MOD, BankTimer, Command, Streams, TraceEntry
+from golden.isa import ErrorCode, Opcode
+
+_IO = (Opcode.WR_INP, Opcode.RD_OUT, Opcode.RD, Opcode.WR)
+_FENCES = (Opcode.RD, Opcode.WR)
+STALL_LIMIT = 1 << 20  # cycles without progress before the model reports a hang
+
+
+@dataclass
+class Entry:
+    cmd: Command
+    op: Opcode | None  # None: a discard entry for a rejected write
+    cmd_id: int
+    ready: int  # first cycle it may issue
+    did_gbuf: int | None = None
+    did_obuf: int | None = None
+
+
+@dataclass
+class Slot:
+    """An S-Table entry: the last issued access and when it completes."""
+
+    cmd_id: int | None = None
+    complete: int = 0
+    is_mac: bool = False
+    mac_ok: int = 0  # MAC-after-MAC on this OBuf entry: tCCD, not t_mac
+
+
+def run_dynamic(model, streams: Streams):
+    cfg = model.config
+    if cfg.policy != "dcs":
+        raise NotImplementedError(f"policy {cfg.policy!r} is not modelled yet")
+    tm = cfg.timing
+    banks = BankTimer(cfg.banks, tm)
+    d_gbuf: list[int | None] = [None] * cfg.gbuf_entries
+    d_obuf: list[int | None] = [None] * cfg.obuf_entries
+    s_gbuf = [Slot() for _ in range(cfg.gbuf_entries)]
+    s_obuf = [Slot() for _ in range(cfg.obuf_entries)]
+    compute_q: deque[Entry] = deque()
+    io_q: deque[Entry] = deque()
+    fence = False  # an RD/WR waits in the I/O queue
+    cmds = streams.commands
+    n, i = len(cmds), 0
+    fifo_visible = 0  # the next FIFO entry is visible from this cycle (after a pop)
+    c, last_progress = 0, 0
+
+    def deps_met(e: Entry, now: int) -> bool:
+        if e.did_gbuf is not None:
+            s = s_gbuf[e.cmd.gbuf_idx]
+            if s.cmd_id != e.did_gbuf or now < s.complete:
+                return False
+        if e.did_obuf is not None:
+            s = s_obuf[e.cmd.out_idx]
+            done = s.mac_ok if (s.is_mac and e.op == Opcode.MAC) else s.complete
+            if s.cmd_id != e.did_obuf or now < done:
+                return False
+        return True
+
+    def try_issue(q: deque[Entry], now: int) -> bool:
+        nonlocal fence
+        if not q or q[0].ready > now:
+            return False
+        e = q[0]
+        if e.op is None:  # discard: consume the rejected write's beat
+            if streams.wdata_ready() > now:
+                return False
+            streams.take_wdata()
+            q.popleft()
+            return True
+        action = banks.next_action(e.op, e.cmd)
+        if action is not None:
+            kind, targets = action
+            if banks.earliest(kind, targets) > now:
+                return False
+            banks.apply(kind, targets, now, e.cmd.row)
+            streams.trace.append(TraceEntry(e.cmd_id, kind, now))
+            return True
+        targets = banks.touched(e.op, e.cmd)
+        if banks.earliest(e.op, targets) > now or not deps_met(e, now):
+            return False
+        if e.op in (Opcode.WR_INP, Opcode.WR) and streams.wdata_ready() > now:
+            return False
+        if e.op in (Opcode.RD_OUT, Opcode.RD) and streams.read_credit_ready() > now:
+            return False
+        beat = streams.take_wdata()[1] if e.op in (Opcode.WR_INP, Opcode.WR) else None
+        banks.apply(e.op, targets, now, e.cmd.row)
+        streams.trace.append(TraceEntry(e.cmd_id, e.op, now))
+        streams.issue(now, model._execute(e.cmd, beat))
+        if e.op == Opcode.WR_INP:
+            s_gbuf[e.cmd.gbuf_idx] = Slot(e.cmd_id, now + tm.t_wr_inp)
+        elif e.op == Opcode.MAC:
+            s_gbuf[e.cmd.gbuf_idx] = Slot(e.cmd_id, now + 1)
+            s_obuf[e.cmd.out_idx] = Slot(e.cmd_id, now + tm.t_mac, True, now + tm.t_ccd)
+        elif e.op == Opcode.RD_OUT:
+            s_obuf[e.cmd.out_idx] = Slot(e.cmd_id, now + tm.t_rd_out)
+        else:
+            fence = False
+        q.popleft()
+        return True
+
+    while i < n or compute_q or io_q:
+        occupancy = (len(compute_q), len(io_q))  # before this cycle's issue
+        progressed = try_issue(compute_q, c) or try_issue(io_q, c)
+
+        if i < n and streams.cmd_arrivals[i] + 1 <= c and fifo_visible <= c and not fence:
+            cmd = cmds[i]
+            cmd_id = i % CMD_ID_MOD
+            code, message = model.check(cmd)
+            decoded = False
+            if code != ErrorCode.NONE:
+                if cmd.opcode in (Opcode.WR_INP, Opcode.WR):
+                    if occupancy[1] < cfg.io_depth:
+                        model._record_error(streams, cmd_id, code, message)
+                        io_q.append(Entry(cmd, None, cmd_id, c + 1))
+                        decoded = True
+                else:
+                    model._record_error(streams, cmd_id, code, message)
+                    decoded = True
+            else:
+                op = Opcode(cmd.opcode)
+                is_io = op in _IO
+                room = occupancy[1] < cfg.io_depth if is_io else occupancy[0] < cfg.compute_depth
+                if op in _FENCES:
+                    room = occupancy == (0, 0)
+                if room:
+                    e = Entry(cmd, op, cmd_id, c + 1)
+                    if op in (Opcode.WR_INP, Opcode.MAC):
+                        e.did_gbuf, d_gbuf[cmd.gbuf_idx] = d_gbuf[cmd.gbuf_idx], cmd_id
+                    if op in (Opcode.MAC, Opcode.RD_OUT):
+                        e.did_obuf, d_obuf[cmd.out_idx] = d_obuf[cmd.out_idx], cmd_id
+                    (io_q if is_io else compute_q).append(e)
+                    fence = op in _FENCES
+                    decoded = True
+            if decoded:
+                i += 1
+                fifo_visible = c + 1
+                progressed = True
+        if progressed:
+            last_progress = c
+        elif c - last_progress > STALL_LIMIT:
+            raise RuntimeError(f"DCS model made no progress for {STALL_LIMIT} cycles at "
+                               f"cycle {c}: compute head {compute_q[0] if compute_q else None}, "
+                               f"I/O head {io_q[0] if io_q else None}")
+        c += 1
+    return streams.result(c)

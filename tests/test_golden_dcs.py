@@ -1,0 +1,124 @@
+"""Dynamic Command Scheduling in the golden model (golden/dcs.py)."""
+
+import numpy as np
+import pytest
+
+from golden.channel import ChannelModel, Command, mac, rd, rd_out, wr, wr_inp
+from golden.config import ChannelConfig, ConfigError, Timing, small_config
+from golden.isa import ErrorCode, Opcode
+from tb.stimulus import gemv_problem, random_stream
+
+T = Timing(t_rcd=10, t_rp=6, t_ras=12, t_ccd=2, t_wr_inp=5, t_mac=7, t_rd_out=3)
+CFG = ChannelConfig(banks=2, rows=8, cols=8, gbuf_entries=4, obuf_entries=4, timing=T,
+                    policy="dcs")
+
+
+def run(cmds, wdata=None, cfg=CFG, later=0):
+    """With ``later``, commands from that index on arrive at cycle 40, after
+    the earlier ones (opening the row) have finished."""
+    n_w = sum(c.opcode in (Opcode.WR_INP, Opcode.WR) for c in cmds)
+    arrivals = [0 if later == 0 or i < later else 40 for i in range(len(cmds))]
+    return ChannelModel(cfg).run(cmds, wdata if wdata is not None else list(range(1, n_w + 1)),
+                                 arrivals)
+
+
+def cycle_of(result, cmd_id, opcode):
+    return next(e.cycle for e in result.trace if e.cmd_id == cmd_id and e.opcode == opcode)
+
+
+# A MAC on row 0 first, so later MACs find the row open and only the
+# dependency rules set their timing.
+OPEN = [mac(0, 0, 3, 3)]
+
+
+def test_raw_gbuf_mac_waits_for_wr_inp_completion():
+    r = run(OPEN + [wr_inp(0), mac(0, 1, 0, 0)], later=1)
+    assert cycle_of(r, 2, Opcode.MAC) == cycle_of(r, 1, Opcode.WR_INP) + T.t_wr_inp
+
+
+def test_war_gbuf_wr_inp_waits_for_the_mac_read_and_others_overtake():
+    # MAC 1 waits for the ACT (tRCD); WR-INP 2 to another entry goes first,
+    # WR-INP 3 to the MAC's entry must wait until the MAC has read it.
+    r = run([mac(0, 0, 0, 0), wr_inp(1), wr_inp(0)])
+    m = cycle_of(r, 0, Opcode.MAC)
+    assert cycle_of(r, 1, Opcode.WR_INP) < m  # out of program order
+    assert cycle_of(r, 2, Opcode.WR_INP) == max(m + 1, cycle_of(r, 1, Opcode.WR_INP) + 1)
+
+
+def test_raw_obuf_rd_out_waits_for_mac_latency():
+    r = run(OPEN + [mac(0, 1, 0, 1), rd_out(1)], later=1)
+    assert cycle_of(r, 2, Opcode.RD_OUT) == cycle_of(r, 1, Opcode.MAC) + T.t_mac
+
+
+def test_war_obuf_mac_waits_for_rd_out():
+    r = run(OPEN + [rd_out(1), mac(0, 1, 0, 1)], later=1)
+    assert cycle_of(r, 2, Opcode.MAC) == cycle_of(r, 1, Opcode.RD_OUT) + T.t_rd_out
+
+
+def test_mac_after_mac_on_one_obuf_entry_issues_at_tccd():
+    r = run(OPEN + [mac(0, c, 0, 1) for c in range(1, 6)])
+    macs = [e.cycle for e in r.trace if e.opcode == Opcode.MAC]
+    assert np.all(np.diff(macs) == T.t_ccd)
+    # under the static policy the same stream is paced by t_mac
+    s = run(OPEN + [mac(0, c, 0, 1) for c in range(1, 6)], cfg=CFG.replace(policy="static"))
+    assert np.all(np.diff([e.cycle for e in s.trace if e.opcode == Opcode.MAC]) == T.t_mac)
+
+
+def test_command_ids_wrap_and_dependencies_still_hold():
+    n = (1 << 16) + 40
+    cmds = [wr_inp(i % 2) if i % 3 else rd_out(i % 4) for i in range(n)]
+    r = run(cmds, cfg=CFG.replace(io_depth=2))
+    ids = [e.cmd_id for e in r.trace]
+    assert max(ids) == (1 << 16) - 1 and ids[-1] == (n - 1) % (1 << 16)
+    static = run(cmds, cfg=CFG.replace(policy="static"))
+    assert r.rdata == static.rdata
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("depths", [(1, 1), (2, 3), (4, 4)])
+def test_data_and_errors_do_not_depend_on_the_policy(seed, depths):
+    """Any stream, any arrival timing: DCS returns what static returns."""
+    cfg = small_config().replace(io_depth=depths[0], compute_depth=depths[1])
+    rng = np.random.default_rng(seed)
+    cmds, wdata = random_stream(cfg, 400, rng, bad=0.03)
+    arrivals = np.cumsum(rng.integers(0, 3, len(cmds))).tolist()
+    w_arrivals = np.cumsum(rng.integers(0, 4, len(wdata))).tolist()
+    runs = {p: ChannelModel(cfg.replace(policy=p)).run(cmds, wdata, arrivals, w_arrivals)
+            for p in ("static", "dcs")}
+    assert runs["dcs"].rdata == runs["static"].rdata
+    assert runs["dcs"].errors == runs["static"].errors
+    assert runs["dcs"].status == runs["static"].status
+    # every good command issues exactly once
+    issued = sorted(e.cmd_id for e in runs["dcs"].trace if e.opcode not in (Opcode.PRE,
+                                                                            Opcode.ACT))
+    assert issued == sorted(e.cmd_id for e in runs["static"].trace
+                            if e.opcode not in (Opcode.PRE, Opcode.ACT))
+
+
+def test_dcs_is_faster_than_static_on_a_gemv():
+    cfg = small_config()
+    _, _, cmds, beats = gemv_problem(64, 512, 0, cfg)
+    static = ChannelModel(cfg).run(cmds, beats)
+    dcs = ChannelModel(cfg.replace(policy="dcs")).run(cmds, beats)
+    assert dcs.rdata == static.rdata
+    assert dcs.cycles < static.cycles
+
+
+def test_normal_access_is_a_fence():
+    r = run(OPEN + [wr(1, 2, 0), mac(2, 0, 0, 0), rd(1, 2, 0)])
+    order = [(e.cmd_id, e.opcode) for e in r.trace if e.opcode not in (Opcode.PRE, Opcode.ACT)]
+    assert order == [(0, Opcode.MAC), (1, Opcode.WR), (2, Opcode.MAC), (3, Opcode.RD)]
+
+
+def test_rejected_write_consumes_its_beat_in_stream_order():
+    r = run([wr_inp(0), Command(Opcode.WR, bank=5), wr_inp(1), mac(0, 0, 1, 0), rd_out(0)],
+            wdata=[11, 22, 33])
+    assert r.errors == [(1, ErrorCode.BANK_RANGE)]
+    s = run([wr_inp(0), Command(Opcode.WR, bank=5), wr_inp(1), mac(0, 0, 1, 0), rd_out(0)],
+            wdata=[11, 22, 33], cfg=CFG.replace(policy="static"))
+    assert r.rdata == s.rdata
+
+
+def test_policy_is_validated():
+    with pytest.raises(ConfigError, match="policy must be one of"):
+        ChannelConfig(policy="fastest")
