@@ -240,8 +240,8 @@ class ChannelModel:
         cmds = [Command.unpack(c) if isinstance(c, int) else c for c in commands]
         streams = Streams(self.config, cmds, list(wdata), cmd_arrivals, wdata_arrivals,
                           rdata_pops)
-        if self.config.policy == "static":
-            return self._run_static(streams)
+        if self.config.policy in ("static", "pingpong"):
+            return self._run_in_order(streams)
         from golden.dcs import run_dynamic
 
         return run_dynamic(self, streams)
@@ -266,10 +266,27 @@ class ChannelModel:
             t = max(t, streams.take_wdata()[0])
         return t
 
-    def _run_static(self, streams: Streams) -> RunResult:
+    def _halves(self, op: Opcode, cmd: Command) -> tuple[int, ...]:
+        """Buffer halves a command occupies under ping-pong (static: one)."""
+        cfg = self.config
+        if cfg.policy == "static" or op in (Opcode.RD, Opcode.WR):
+            return (0, 1)  # static: the whole buffer; RD/WR: a fence
+        halves = set()
+        if op in (Opcode.WR_INP, Opcode.MAC):
+            halves.add(int(cmd.gbuf_idx >= cfg.gbuf_entries // 2))
+        if op in (Opcode.MAC, Opcode.RD_OUT):
+            halves.add(int(cmd.out_idx >= cfg.obuf_entries // 2))
+        return tuple(sorted(halves))
+
+    def _run_in_order(self, streams: Streams) -> RunResult:
+        """The static and ping-pong policies: strictly in order, each action
+        waiting ``gap(kind)`` after the previous action on the same buffer
+        half (static: one half, the whole buffer). Ping-pong hands the MAC
+        over to the other half only when both halves are idle."""
         tm = self.config.timing
         banks = BankTimer(self.config.banks, tm)
-        gap_until = 0
+        busy = [0, 0]  # per half: the static gap of its last action ends here
+        mac_half: tuple[int, ...] | None = None
         free = 0  # first cycle the controller can work on the next command
         for i, cmd in enumerate(streams.commands):
             cmd_id = i % CMD_ID_MOD
@@ -279,12 +296,24 @@ class ChannelModel:
                 free = self._drop(streams, cmd_id, cmd, code, message, t) + 1
                 continue
             op = Opcode(cmd.opcode)
+            halves = self._halves(op, cmd)
+            wait = halves
+            if op == Opcode.MAC:
+                if mac_half is not None and halves != mac_half:
+                    wait = (0, 1)  # hand-off: both halves idle
+                mac_half = halves
+
+            def slot(earliest: int, t: int = t, wait: tuple = wait) -> int:
+                return max(t, earliest, *(busy[h] for h in wait))
+
             while (action := banks.next_action(op, cmd)) is not None:
                 kind, targets = action
-                c = max(t, gap_until, banks.earliest(kind, targets))
+                c = slot(banks.earliest(kind, targets))
                 banks.apply(kind, targets, c, cmd.row)
                 streams.trace.append(TraceEntry(cmd_id, kind, c))
-                gap_until, t = c + tm.gap(kind), c + 1
+                for h in halves:
+                    busy[h] = c + tm.gap(kind)
+                t = c + 1
             earliest = banks.earliest(op, banks.touched(op, cmd))
             beat = None
             if op in _WRITES:
@@ -292,10 +321,11 @@ class ChannelModel:
                 earliest = max(earliest, ready)
             if op in _READS:
                 earliest = max(earliest, streams.read_credit_ready())
-            c = max(t, gap_until, earliest)
+            c = slot(earliest, t)
             banks.apply(op, banks.touched(op, cmd), c, cmd.row)
             streams.trace.append(TraceEntry(cmd_id, op, c))
-            gap_until = c + tm.gap(op)
+            for h in halves:
+                busy[h] = c + tm.gap(op)
             streams.issue(c, self._execute(cmd, beat))
             free = c + 1
         return streams.result(free)

@@ -88,6 +88,9 @@ class ChannelConfig:
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
                 raise ConfigError(f"{key} must be an integer in [{lo}, {hi}], not {value!r}")
+        if self.policy == "pingpong" and (self.gbuf_entries < 2 or self.obuf_entries < 2):
+            raise ConfigError(f"policy pingpong needs gbuf_entries and obuf_entries >= 2 "
+                              f"(two halves), not {self.gbuf_entries} and {self.obuf_entries}")
         for key in (f.name for f in dataclasses.fields(Timing)):
             value = getattr(self.timing, key)
             if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 4096:

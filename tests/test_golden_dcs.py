@@ -84,15 +84,15 @@ def test_data_and_errors_do_not_depend_on_the_policy(seed, depths):
     arrivals = np.cumsum(rng.integers(0, 3, len(cmds))).tolist()
     w_arrivals = np.cumsum(rng.integers(0, 4, len(wdata))).tolist()
     runs = {p: ChannelModel(cfg.replace(policy=p)).run(cmds, wdata, arrivals, w_arrivals)
-            for p in ("static", "dcs")}
-    assert runs["dcs"].rdata == runs["static"].rdata
-    assert runs["dcs"].errors == runs["static"].errors
-    assert runs["dcs"].status == runs["static"].status
-    # every good command issues exactly once
-    issued = sorted(e.cmd_id for e in runs["dcs"].trace if e.opcode not in (Opcode.PRE,
-                                                                            Opcode.ACT))
-    assert issued == sorted(e.cmd_id for e in runs["static"].trace
-                            if e.opcode not in (Opcode.PRE, Opcode.ACT))
+            for p in ("static", "pingpong", "dcs")}
+    static = runs.pop("static")
+    for policy, r in runs.items():
+        assert r.rdata == static.rdata, policy
+        assert r.errors == static.errors and r.status == static.status, policy
+        # every good command issues exactly once
+        issued = sorted(e.cmd_id for e in r.trace if e.opcode not in (Opcode.PRE, Opcode.ACT))
+        assert issued == sorted(e.cmd_id for e in static.trace
+                                if e.opcode not in (Opcode.PRE, Opcode.ACT)), policy
 
 
 def test_dcs_is_faster_than_static_on_a_gemv():
@@ -122,3 +122,23 @@ def test_rejected_write_consumes_its_beat_in_stream_order():
 def test_policy_is_validated():
     with pytest.raises(ConfigError, match="policy must be one of"):
         ChannelConfig(policy="fastest")
+    with pytest.raises(ConfigError, match="two halves"):
+        ChannelConfig(policy="pingpong", obuf_entries=1)
+
+
+PP = CFG.replace(policy="pingpong")  # halves: GBuf {0,1} | {2,3}, OBuf {0,1} | {2,3}
+
+
+def test_pingpong_overlaps_io_on_the_other_half_only():
+    r = run([mac(0, 0, 0, 0), wr_inp(2), wr_inp(1)], cfg=PP)
+    m = cycle_of(r, 0, Opcode.MAC)
+    assert cycle_of(r, 1, Opcode.WR_INP) == m + 1  # other half: no t_mac gap
+    # same half as the MAC: waits its t_mac gap (and the previous WR-INP's, other half)
+    assert cycle_of(r, 2, Opcode.WR_INP) == m + T.t_mac
+
+
+def test_pingpong_hands_over_only_when_both_halves_are_idle():
+    r = run([mac(0, 0, 0, 0), wr_inp(2), mac(0, 1, 2, 2)], cfg=PP)
+    w = cycle_of(r, 1, Opcode.WR_INP)
+    m0 = cycle_of(r, 0, Opcode.MAC)
+    assert cycle_of(r, 2, Opcode.MAC) == max(w + T.t_wr_inp, m0 + T.t_mac)
