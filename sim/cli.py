@@ -18,14 +18,18 @@ from golden.config import PROFILES, ConfigError, load_profile, load_profile_data
 from sim.tools import SIMULATORS, ToolError
 
 
-def _overrides(pairs: list[str]) -> dict[str, int]:
-    out = {}
+def _overrides(pairs: list[str]) -> dict[str, int | str]:
+    out: dict[str, int | str] = {}
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
+        key = key.strip()
         if not sep:
             raise ConfigError(f"--set {pair!r}: expected key=value")
+        if key == "policy":
+            out[key] = value.strip()
+            continue
         try:
-            out[key.strip()] = int(value)
+            out[key] = int(value)
         except ValueError:
             raise ConfigError(f"--set {key}: value {value!r} is not an integer") from None
     return out
@@ -140,7 +144,19 @@ def cmd_bench(args) -> int:
     return 0 if all(r["passed"] for r in report["rtl"].values()) else 1
 
 
-STUDIES = {"gemv": cmd_gemv}
+def cmd_dcs_utilization(args) -> int:
+    from golden.studies import dcs_utilization
+
+    def ints(text):
+        return tuple(int(v) for v in text.split(","))
+
+    _emit(dcs_utilization(args.profile, tokens=args.tokens, d_heads=ints(args.d_heads),
+                          groups=ints(args.groups), fc_dims=ints(args.fc_dims),
+                          **_overrides(args.set)), args.json)
+    return 0
+
+
+STUDIES = {"gemv": cmd_gemv, "dcs-utilization": cmd_dcs_utilization}
 
 
 def cmd_run(args) -> int:
@@ -191,6 +207,12 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("run", help="run a golden-model study by name")
     s.add_argument("study", help=f"one of: {', '.join(sorted(STUDIES))}")
     gemv_args(s)
+    s.add_argument("--tokens", type=int, default=512,
+                   help="dcs-utilization: context tokens per channel")
+    s.add_argument("--d-heads", default="64,128,256", help="dcs-utilization: d_head values")
+    s.add_argument("--groups", default="1,2,4,8", help="dcs-utilization: GQA group sizes")
+    s.add_argument("--fc-dims", default="128,512,4096",
+                   help="dcs-utilization: FC d_in and d_out values")
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("profiles", help="list device profiles and their sources")

@@ -1,0 +1,198 @@
+"""Channel-level command streams for attention and FC kernels.
+
+Each builder returns the commands of one channel for one kernel, with the
+weights (K, V, W) already resident in the banks: only timing is studied, so
+write beats are zeros. Buffer slots alternate between the two halves of
+GBuf and OBuf, so the same stream also lets the ping-pong baseline overlap.
+
+Mappings (PIMphony §IV–V, REFERENCE.md):
+
+* **QK^T** (row-reuse for GQA): bank ``b`` holds the keys of its tokens,
+  ``d_head / 16`` words per key, ``cols / words`` keys per bank per DRAM
+  row. For each row, every query of the group runs over the open row before
+  the next row: per token slot, ``words`` MACs into one OBuf entry, then an
+  RD-OUT (one score per bank).
+* **SV**: bank ``b`` holds ``d_head / banks`` output dimensions; a word is 16
+  tokens of one dimension. For each row and query, the row's scores are
+  written to GBuf (WR-INP), then per dimension the row's token chunks
+  accumulate into one OBuf entry, read out as a partial sum (reduced later
+  in the HUB).
+* **FC GEMV** ``y = W x``: bank ``b`` holds output ``16 g + b`` of group
+  ``g``; a matrix row spans ``d_in / 16`` words over ``ceil(words / cols)``
+  DRAM rows. The input stays in GBuf when it fits, else each DRAM-row
+  segment of it is reloaded before its MACs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from golden.channel import Command, mac, rd_out, wr_inp
+from golden.config import ChannelConfig
+from golden.isa import LANES, Opcode
+
+
+@dataclass
+class Kernel:
+    name: str
+    commands: list[Command]
+    wdata: list[int]
+    rows: list[int]  # DRAM row visited, in order (a row switch = PRE + ACT)
+    macs_per_row: list[int]
+
+
+class _Builder:
+    def __init__(self, cfg: ChannelConfig):
+        self.cfg = cfg
+        self.cmds: list[Command] = []
+        self.wdata: list[int] = []
+        self.rows: list[int] = []
+        self.macs: list[int] = []
+        half = cfg.obuf_entries // 2
+        # alternate OBuf halves: 0, half, 1, half + 1, ...
+        self.out_order = ([e for pair in zip(range(half), range(half, 2 * half), strict=True)
+                           for e in pair] or [0]) + list(range(2 * half, cfg.obuf_entries))
+        self.next_out = 0
+        self.pending: int | None = None
+
+    def out(self) -> int:
+        o = self.out_order[self.next_out % len(self.out_order)]
+        self.next_out += 1
+        return o
+
+    def gbuf_slot(self, k: int, size: int) -> int:
+        """Base entry of the k-th buffer of ``size`` entries: halves alternate."""
+        half = self.cfg.gbuf_entries // 2
+        if size > half:
+            return 0
+        return (k % 2) * half + ((k // 2) * size) % max(half - size + 1, 1)
+
+    def load(self, base: int, n: int) -> None:
+        for i in range(n):
+            self.cmds.append(wr_inp(base + i))
+            self.wdata.append(0)
+
+    def mac(self, row: int, col: int, gbuf: int, out: int) -> None:
+        if not self.rows or self.rows[-1] != row:
+            self.rows.append(row)
+            self.macs.append(0)
+        self.macs[-1] += 1
+        self.cmds.append(mac(row, col, gbuf, out))
+        self.flush()
+
+    def read_out(self, out: int) -> None:
+        """RD-OUT of a finished group, deferred past the next group's first
+        MAC (software pipelining: drain one half while the other computes)."""
+        self.flush()
+        self.pending = out
+
+    def flush(self) -> None:
+        if self.pending is not None:
+            self.cmds.append(rd_out(self.pending))
+            self.pending = None
+
+    def kernel(self, name: str) -> Kernel:
+        self.flush()
+        return Kernel(name, self.cmds, self.wdata, self.rows, self.macs)
+
+
+def _check(cfg: ChannelConfig, words: int, what: str) -> None:
+    if words > cfg.gbuf_entries or words > cfg.cols:
+        raise ValueError(f"{what}: {words} words per vector do not fit GBuf "
+                         f"({cfg.gbuf_entries}) and a row ({cfg.cols})")
+
+
+def qkt(cfg: ChannelConfig, d_head: int, group: int, tokens: int) -> Kernel:
+    words = d_head // LANES
+    _check(cfg, words, "QK^T")
+    b = _Builder(cfg)
+    keys_per_row = cfg.cols // words
+    n_rows = -(-tokens // (cfg.banks * keys_per_row))
+    resident = group * words <= cfg.gbuf_entries
+    base = [q * words for q in range(group)] if resident else []
+    if resident:
+        b.load(0, group * words)
+    k = 0
+    for row in range(n_rows):
+        for q in range(group):
+            if resident:
+                g = base[q]
+            else:
+                g = b.gbuf_slot(k, words)
+                k += 1
+                b.load(g, words)
+            for slot in range(keys_per_row):
+                o = b.out()
+                for w in range(words):
+                    b.mac(row, slot * words + w, g + w, o)
+                b.read_out(o)
+    return b.kernel(f"qkt d{d_head} g{group}")
+
+
+def sv(cfg: ChannelConfig, d_head: int, group: int, tokens: int) -> Kernel:
+    dims = max(1, d_head // cfg.banks)  # output dimensions per bank
+    chunks = cfg.cols // dims  # 16-token chunks per DRAM row
+    _check(cfg, chunks, "SV")
+    b = _Builder(cfg)
+    n_rows = -(-tokens // (chunks * LANES))
+    k = 0
+    for row in range(n_rows):
+        for _q in range(group):
+            g = b.gbuf_slot(k, chunks)
+            k += 1
+            b.load(g, chunks)
+            for j in range(dims):
+                o = b.out()
+                for c in range(chunks):
+                    b.mac(row, c * dims + j, g + c, o)
+                b.read_out(o)
+    return b.kernel(f"sv d{d_head} g{group}")
+
+
+def fc(cfg: ChannelConfig, d_in: int, d_out: int) -> Kernel:
+    words = d_in // LANES
+    b = _Builder(cfg)
+    segments = -(-words // cfg.cols)  # DRAM rows per matrix row
+    resident = words <= cfg.gbuf_entries
+    if resident:
+        b.load(0, words)
+    groups = -(-d_out // cfg.banks)
+    k = 0
+    for grp in range(groups):
+        o = b.out()
+        for seg in range(segments):
+            n = min(cfg.cols, words - seg * cfg.cols)
+            if resident:
+                g = seg * cfg.cols
+            else:
+                g = b.gbuf_slot(k, n)
+                k += 1
+                b.load(g, n)
+            for w in range(n):
+                b.mac(grp * segments + seg, w, g + w, o)
+        b.read_out(o)
+    return b.kernel(f"fc {d_in}x{d_out}")
+
+
+def utilization_bound(cfg: ChannelConfig, kernel: Kernel) -> dict:
+    """The most MAC utilization any scheduler could reach on this stream:
+    MAC slots (MACs x tCCD) over the busiest resource's cycles.
+
+    * banks: each row visit costs tRCD + (MACs - 1) x tCCD + 1 (at least
+      tRAS) before its PRE, then tRP; all-bank MACs cannot overlap an
+      activation;
+    * command bus: one slot per command, PRE and ACT included;
+    * data bus: one tCCD burst per WR-INP and RD-OUT."""
+    tm = cfg.timing
+    visits = len(kernel.rows)
+    # ACT, tRCD, the MACs tCCD apart, PRE in the cycle after the last MAC
+    # (and at least tRAS after the ACT), tRP before the next ACT
+    bank = sum(max(tm.t_ras, tm.t_rcd + (m - 1) * tm.t_ccd + 1) for m in kernel.macs_per_row)
+    bank += tm.t_rp * (visits - 1)
+    commands = len(kernel.commands) + 2 * visits
+    io = sum(c.opcode != Opcode.MAC for c in kernel.commands) * tm.t_ccd
+    macs = sum(kernel.macs_per_row)
+    busiest = max(bank, commands, io)
+    return {"bound_cycles": busiest, "bank_cycles": bank, "command_bus_cycles": commands,
+            "data_bus_cycles": io, "macs": macs,
+            "utilization_bound": round(macs * tm.t_ccd / busiest, 4)}
