@@ -72,6 +72,25 @@ class Slot:
     mac_ok: int = 0  # MAC-after-MAC on this OBuf entry: tCCD, not t_mac
 
 
+def table_bits(cfg) -> dict:
+    """Storage of the D-Table and S-Table of one controller, in bits.
+
+    Per GBuf and per OBuf entry: the D-Table keeps a valid bit and the ID of
+    the last decoded accessor; the S-Table the ID of the last issued one and
+    a completion down-counter (wide enough for the longest latency). OBuf
+    entries add the is-MAC flag and a tCCD counter."""
+    from golden.channel import CMD_ID_MOD
+
+    tm = cfg.timing
+    id_bits = (CMD_ID_MOD - 1).bit_length()
+    counter = max(tm.t_wr_inp, tm.t_mac, tm.t_rd_out, 2).bit_length()
+    ccd = max(tm.t_ccd, 2).bit_length()
+    gbuf = cfg.gbuf_entries * ((1 + id_bits) + (id_bits + counter))
+    obuf = cfg.obuf_entries * ((1 + id_bits) + (id_bits + counter + 1 + ccd))
+    return {"gbuf_entries": cfg.gbuf_entries, "obuf_entries": cfg.obuf_entries,
+            "id_bits": id_bits, "bits": gbuf + obuf, "bytes": (gbuf + obuf + 7) // 8}
+
+
 def run_dynamic(model, streams: Streams):
     cfg = model.config
     if cfg.policy != "dcs":

@@ -28,6 +28,40 @@ def bench_golden(repeat: int = 3) -> dict:
             "cycles_per_s": round(result.cycles / best), "commands_per_s": round(len(cmds) / best)}
 
 
+def bench_golden_policies() -> dict:
+    """Golden-model speed per controller policy on one attention kernel."""
+    from golden.config import POLICIES, load_profile
+    from golden.kernels import qkt
+
+    cfg = load_profile("gddr6-aim", obuf_entries=8)
+    k = qkt(cfg, 128, 4, 2048)
+    out = {"kernel": f"{k.name} 2048 tokens", "commands": len(k.commands)}
+    for policy in POLICIES:
+        start = time.perf_counter()
+        r = ChannelModel(cfg.replace(policy=policy)).run(k.commands, k.wdata)
+        wall = time.perf_counter() - start
+        out[policy] = {"cycles": r.cycles, "wall_s": round(wall, 3),
+                       "commands_per_s": round(len(k.commands) / wall),
+                       "cycles_per_s": round(r.cycles / wall)}
+    return out
+
+
+def bench_study(out_dir: Path) -> dict:
+    from golden.studies import dcs_utilization
+
+    start = time.perf_counter()
+    study = dcs_utilization()
+    wall = time.perf_counter() - start
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "dcs-utilization.json").write_text(json.dumps(study, indent=2) + "\n")
+    d128 = [r for r in study["rows"] if " d128 " in r["kernel"]]
+    return {"wall_s": round(wall, 1), "rows": len(study["rows"]),
+            "file": str(out_dir / "dcs-utilization.json"),
+            "dcs_of_bound_min_at_d128": min(r["policies"]["dcs"]["of_bound"] for r in d128),
+            "dcs_slower_than_a_baseline": study["dcs_slower_than_a_baseline"],
+            "dcs_table_storage": study["dcs_table_storage"]}
+
+
 def bench_rtl(sim: str) -> dict:
     start = time.perf_counter()
     runner.build(sim)
@@ -49,6 +83,9 @@ def bench(out: Path | None, sims: list[str]) -> dict:
         "config": small_config().describe(),
         "host": {"python": platform.python_version(), "machine": platform.machine()},
         "golden": bench_golden(),
+        "golden_policies": bench_golden_policies(),
+        "dcs_utilization_study": bench_study(Path(out).parent if out and str(out) != "-"
+                                             else Path("build")),
         "rtl": {sim: bench_rtl(sim) for sim in sims},
     }
     for r in report["rtl"].values():
