@@ -54,18 +54,22 @@ class _Builder:
                            for e in pair] or [0]) + list(range(2 * half, cfg.obuf_entries))
         self.next_out = 0
         self.pending: int | None = None
+        self.reloads = 0
 
     def out(self) -> int:
         o = self.out_order[self.next_out % len(self.out_order)]
         self.next_out += 1
         return o
 
-    def gbuf_slot(self, k: int, size: int) -> int:
-        """Base entry of the k-th buffer of ``size`` entries: halves alternate."""
+    def reload(self, size: int) -> int:
+        """WR-INP the next ``size``-entry input buffer; return its base entry.
+        Successive buffers alternate GBuf halves."""
+        k = self.reloads
+        self.reloads += 1
         half = self.cfg.gbuf_entries // 2
-        if size > half:
-            return 0
-        return (k % 2) * half + ((k // 2) * size) % max(half - size + 1, 1)
+        base = 0 if size > half else (k % 2) * half + ((k // 2) * size) % max(half - size + 1, 1)
+        self.load(base, size)
+        return base
 
     def load(self, base: int, n: int) -> None:
         for i in range(n):
@@ -112,15 +116,9 @@ def qkt(cfg: ChannelConfig, d_head: int, group: int, tokens: int) -> Kernel:
     base = [q * words for q in range(group)] if resident else []
     if resident:
         b.load(0, group * words)
-    k = 0
     for row in range(n_rows):
         for q in range(group):
-            if resident:
-                g = base[q]
-            else:
-                g = b.gbuf_slot(k, words)
-                k += 1
-                b.load(g, words)
+            g = base[q] if resident else b.reload(words)
             for slot in range(keys_per_row):
                 o = b.out()
                 for w in range(words):
@@ -135,12 +133,9 @@ def sv(cfg: ChannelConfig, d_head: int, group: int, tokens: int) -> Kernel:
     _check(cfg, chunks, "SV")
     b = _Builder(cfg)
     n_rows = -(-tokens // (chunks * LANES))
-    k = 0
     for row in range(n_rows):
         for _q in range(group):
-            g = b.gbuf_slot(k, chunks)
-            k += 1
-            b.load(g, chunks)
+            g = b.reload(chunks)
             for j in range(dims):
                 o = b.out()
                 for c in range(chunks):
@@ -157,17 +152,11 @@ def fc(cfg: ChannelConfig, d_in: int, d_out: int) -> Kernel:
     if resident:
         b.load(0, words)
     groups = -(-d_out // cfg.banks)
-    k = 0
     for grp in range(groups):
         o = b.out()
         for seg in range(segments):
             n = min(cfg.cols, words - seg * cfg.cols)
-            if resident:
-                g = seg * cfg.cols
-            else:
-                g = b.gbuf_slot(k, n)
-                k += 1
-                b.load(g, n)
+            g = seg * cfg.cols if resident else b.reload(n)
             for w in range(n):
                 b.mac(grp * segments + seg, w, g + w, o)
         b.read_out(o)
