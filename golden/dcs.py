@@ -79,8 +79,6 @@ def table_bits(cfg) -> dict:
     the last decoded accessor; the S-Table the ID of the last issued one and
     a completion down-counter (wide enough for the longest latency). OBuf
     entries add the is-MAC flag and a tCCD counter."""
-    from golden.channel import CMD_ID_MOD
-
     tm = cfg.timing
     id_bits = (CMD_ID_MOD - 1).bit_length()
     counter = max(tm.t_wr_inp, tm.t_mac, tm.t_rd_out, 2).bit_length()

@@ -13,7 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-from golden.channel import CommandError
 from golden.config import PROFILES, ConfigError, load_profile, load_profile_data
 from sim.tools import SIMULATORS, ToolError
 
@@ -229,10 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, CommandError, ToolError) as e:
-        print(f"pimorch: error: {e}", file=sys.stderr)
-        return 2
-    except ValueError as e:
+    except (ValueError, ToolError) as e:  # ConfigError, CommandError are ValueErrors
         print(f"pimorch: error: {e}", file=sys.stderr)
         return 2
 

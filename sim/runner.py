@@ -116,15 +116,6 @@ def list_tests() -> list[str]:
             if type(obj).__module__.startswith("cocotb") and type(obj).__name__ == "TestGenerator"]
 
 
-def run_each(sim: str, testcases: list[str] | None = None, **kw) -> list[tuple[TestResult, Path]]:
-    """Each test in a fresh simulator process (fresh memories, own folder)."""
-    out = []
-    for name in testcases or list_tests():
-        results, test_dir = run(sim, [name], run_name=name, **kw)
-        out.extend((r, test_dir) for r in results)
-    return out
-
-
 def parse_results(xml: Path) -> list[TestResult]:
     if not xml.is_file():
         return []
