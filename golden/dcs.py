@@ -18,6 +18,17 @@ Decode (one command per cycle)
     Decode waits while the target queue is full (occupancy at the start of
     the cycle).
 
+ID wrap-around (16-bit IDs; the tables compare IDs for equality)
+    * A DID whose command the S-Table shows issued and complete is dropped
+      at decode: the new command has no dependency on that entry.
+    * A decoded command whose ID equals an S-Table entry it touches clears
+      that entry's valid bit: the entry holds a stale command 2^16 IDs
+      older, which must not be mistaken for the new one (an issue in the
+      same cycle writes the entry and wins).
+    * Decode waits while a queue head is ``WINDOW`` (2^15) or more IDs
+      older than the next command, so no two commands in flight share an
+      ID, however long a head stalls (a host that stops popping read data).
+
 Issue (one command-bus slot per cycle)
     The compute head goes first; the I/O head may issue when the compute
     head does not. Each head issues its PRE/ACT, then itself, under the bank
@@ -50,6 +61,7 @@ from golden.isa import ErrorCode, Opcode
 _IO = (Opcode.WR_INP, Opcode.RD_OUT, Opcode.RD, Opcode.WR)
 _FENCES = (Opcode.RD, Opcode.WR)
 STALL_LIMIT = 1 << 20  # cycles without progress before the model reports a hang
+WINDOW = CMD_ID_MOD // 2  # the oldest queued command is fewer IDs back than this
 
 
 @dataclass
@@ -58,13 +70,15 @@ class Entry:
     op: Opcode | None  # None: a discard entry for a rejected write
     cmd_id: int
     ready: int  # first cycle it may issue
+    seq: int  # position in the stream (the ID before the wrap)
     did_gbuf: int | None = None
     did_obuf: int | None = None
 
 
 @dataclass
 class Slot:
-    """An S-Table entry: the last issued access and when it completes."""
+    """An S-Table entry: the last issued access and when it completes.
+    ``cmd_id`` None: the valid bit is clear."""
 
     cmd_id: int | None = None
     complete: int = 0
@@ -161,11 +175,24 @@ def run_dynamic(model, streams: Streams):
         q.popleft()
         return True
 
+    def dependency(d_table, s_table, idx: int, cmd_id: int, now: int) -> int | None:
+        """Decode: read the D-Table (dropping a DID that has completed),
+        clear a stale S-Table alias of the new ID, write the new ID."""
+        did, slot = d_table[idx], s_table[idx]
+        if did is not None and slot.cmd_id == did and now >= slot.complete:
+            did = None
+        if slot.cmd_id == cmd_id:
+            slot.cmd_id = None
+        d_table[idx] = cmd_id
+        return did
+
     while i < n or compute_q or io_q:
         occupancy = (len(compute_q), len(io_q))  # before this cycle's issue
+        oldest = min((q[0].seq for q in (compute_q, io_q) if q), default=i)
         progressed = try_issue(compute_q, c) or try_issue(io_q, c)
 
-        if i < n and streams.cmd_arrivals[i] + 1 <= c and fifo_visible <= c and not fence:
+        if (i < n and streams.cmd_arrivals[i] + 1 <= c and fifo_visible <= c and not fence
+                and i - oldest < WINDOW):
             cmd = cmds[i]
             cmd_id = i % CMD_ID_MOD
             code, message = model.check(cmd)
@@ -174,7 +201,7 @@ def run_dynamic(model, streams: Streams):
                 if cmd.opcode in (Opcode.WR_INP, Opcode.WR):
                     if occupancy[1] < cfg.io_depth:
                         model._record_error(streams, cmd_id, code, message)
-                        io_q.append(Entry(cmd, None, cmd_id, c + 1))
+                        io_q.append(Entry(cmd, None, cmd_id, c + 1, i))
                         decoded = True
                 else:
                     model._record_error(streams, cmd_id, code, message)
@@ -186,11 +213,11 @@ def run_dynamic(model, streams: Streams):
                 if op in _FENCES:
                     room = occupancy == (0, 0)
                 if room:
-                    e = Entry(cmd, op, cmd_id, c + 1)
+                    e = Entry(cmd, op, cmd_id, c + 1, i)
                     if op in (Opcode.WR_INP, Opcode.MAC):
-                        e.did_gbuf, d_gbuf[cmd.gbuf_idx] = d_gbuf[cmd.gbuf_idx], cmd_id
+                        e.did_gbuf = dependency(d_gbuf, s_gbuf, cmd.gbuf_idx, cmd_id, c)
                     if op in (Opcode.MAC, Opcode.RD_OUT):
-                        e.did_obuf, d_obuf[cmd.out_idx] = d_obuf[cmd.out_idx], cmd_id
+                        e.did_obuf = dependency(d_obuf, s_obuf, cmd.out_idx, cmd_id, c)
                     (io_q if is_io else compute_q).append(e)
                     fence = op in _FENCES
                     decoded = True

@@ -142,3 +142,36 @@ def test_pingpong_hands_over_only_when_both_halves_are_idle():
     w = cycle_of(r, 1, Opcode.WR_INP)
     m0 = cycle_of(r, 0, Opcode.MAC)
     assert cycle_of(r, 2, Opcode.MAC) == max(w + T.t_wr_inp, m0 + T.t_mac)
+
+
+def test_stale_s_table_id_is_not_taken_for_a_new_command_with_the_same_id():
+    """Command 0 (a MAC into OBuf 1) leaves its ID in the S-Table; 2^16
+    commands later MAC P reuses ID 0 on that entry and waits for PRE/ACT.
+    RD-OUT X behind it depends on P: it must not see the stale ID 0 as P."""
+    filler = [rd_out(2 + i % 2) for i in range((1 << 16) - 1)]
+    cmds = [mac(0, 0, 0, 1)] + filler + [mac(1, 0, 0, 1), rd_out(1)]
+    r = run(cmds)
+    p, x = len(cmds) - 2, len(cmds) - 1
+    assert p % (1 << 16) == 0
+    last_mac = [e.cycle for e in r.trace if e.opcode == Opcode.MAC][-1]
+    assert r.trace[-1].opcode == Opcode.RD_OUT and r.trace[-1].cmd_id == x % (1 << 16)
+    assert r.trace[-1].cycle == last_mac + T.t_mac
+    assert r.rdata == run(cmds, cfg=CFG.replace(policy="static")).rdata
+
+
+def test_decode_waits_while_a_queue_head_is_half_the_id_space_old():
+    """A WR-INP whose beat arrives very late stalls the I/O head while MACs
+    keep decoding and issuing: decode stops WINDOW IDs past it."""
+    from golden.dcs import WINDOW
+
+    n_mac = WINDOW + 2
+    cmds = [mac(0, 0, 0, 0), wr_inp(1)] + [mac(0, i % 8, 0, 0) for i in range(n_mac)]
+    late = 200_000
+    r = ChannelModel(CFG).run(cmds, [7], wdata_arrivals=[late])
+    first = {}
+    for e in r.trace:
+        first.setdefault(e.cmd_id, e.cycle)
+    assert first[1] == late + 1
+    assert first[WINDOW] < late < first[1 + WINDOW]
+    assert r.rdata == ChannelModel(CFG.replace(policy="static")).run(
+        cmds, [7], wdata_arrivals=[late]).rdata
