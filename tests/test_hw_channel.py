@@ -9,13 +9,19 @@ from amaranth.sim import Simulator
 
 from golden import numerics as nm
 from golden.channel import ChannelModel, Command, mac, rd, rd_out, wr, wr_inp
-from golden.config import ChannelConfig, Timing
+from golden.config import POLICIES, ChannelConfig, Timing
 from golden.isa import ErrorCode, Opcode
 from hw.channel import Channel
+from tb.stimulus import random_stream
 
 TIMING = Timing(t_rcd=5, t_rp=4, t_ras=9, t_ccd=2, t_wr_inp=2, t_mac=3, t_rd_out=2)
 CFG = ChannelConfig(banks=2, rows=4, cols=4, gbuf_entries=4, obuf_entries=2, cmd_depth=2,
                     wdata_depth=2, rdata_depth=2, timing=TIMING)
+
+
+@pytest.fixture(params=POLICIES)
+def cfg(request):
+    return CFG.replace(policy=request.param)
 
 
 def simulate(config, commands, wdata, idle=(), stall=(), clear_at=None, max_cycles=4000):
@@ -76,17 +82,17 @@ def beats(n, seed=0):
     return [nm.lanes_to_word(nm.float_to_bf16(rng.standard_normal(16))) for _ in range(n)]
 
 
-def test_row_hit_miss_and_normal_access_timing():
+def test_row_hit_miss_and_normal_access_timing(cfg):
     cmds = [wr(0, 1, 0), wr(1, 1, 1), wr_inp(2), mac(1, 0, 2, 0), mac(1, 1, 2, 0), rd_out(0),
             rd(1, 1, 1), wr(0, 3, 2), mac(2, 0, 2, 1), rd_out(1), rd(0, 3, 2)]
-    got, ref = check_against_golden(CFG, cmds, beats(4))
+    got, ref = check_against_golden(cfg, cmds, beats(4))
     kinds = [k for _, k, _ in got["trace"]]
     assert kinds.count(Opcode.PRE) >= 2 and kinds.count(Opcode.ACT) >= 3
 
 
-def test_backpressure_and_idle_cycles():
+def test_backpressure_and_idle_cycles(cfg):
     cmds = [wr_inp(0), wr(0, 0, 0), wr(1, 0, 0), mac(0, 0, 0, 0)] + [rd_out(0), rd(0, 0, 0)] * 3
-    check_against_golden(CFG, cmds, beats(3, 1), idle=range(3, 40, 3), stall=range(20, 70))
+    check_against_golden(cfg, cmds, beats(3, 1), idle=range(3, 40, 3), stall=range(20, 70))
 
 
 @pytest.mark.parametrize("bad, code", [
@@ -98,12 +104,12 @@ def test_backpressure_and_idle_cycles():
     (wr_inp(4), ErrorCode.GBUF_RANGE),
     (rd_out(2), ErrorCode.OBUF_RANGE),
 ])
-def test_bad_command_sets_sticky_error_and_is_dropped(bad, code):
+def test_bad_command_sets_sticky_error_and_is_dropped(cfg, bad, code):
     wdata = beats(2)
     cmds = [wr_inp(1), bad, mac(0, 0, 1, 0), rd_out(0)]
     if bad.opcode not in (Opcode.WR, Opcode.WR_INP):
         wdata = wdata[:1]
-    got, ref = check_against_golden(CFG, cmds, wdata)
+    got, ref = check_against_golden(cfg, cmds, wdata)
     assert got["status"] == (code, 1, 1) == (ref.status.err_code, ref.status.err_id,
                                              ref.status.err_count)
 
@@ -111,3 +117,14 @@ def test_bad_command_sets_sticky_error_and_is_dropped(bad, code):
 def test_err_clear_clears_status():
     got = simulate(CFG, [Command(0)], [], clear_at=30)
     assert got["status"] == (ErrorCode.NONE, 0, 0)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_streams_every_policy(cfg, seed):
+    """Random commands (a few malformed), random idle and backpressure."""
+    rng = np.random.default_rng(seed)
+    cmds, wdata = random_stream(cfg, 150, rng, bad=0.04)
+    idle = [c for c in range(3000) if rng.random() < 0.2]
+    stall = [c for c in range(3000) if rng.random() < 0.3]
+    got, ref = check_against_golden(cfg, cmds, wdata, idle=idle, stall=stall, max_cycles=6000)
+    assert got["status"] == (ref.status.err_code, ref.status.err_id, ref.status.err_count)
