@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from golden.config import PROFILES, ConfigError, load_profile, load_profile_data
+from golden.config import POLICIES, PROFILES, ConfigError, load_profile, load_profile_data
 from sim.tools import SIMULATORS, ToolError
 
 
@@ -47,29 +47,39 @@ def _emit(data: dict, json_path: str | None) -> None:
 
 
 def cmd_sim(args) -> int:
+    from golden.config import POLICIES, small_config
     from sim import runner
 
     waves = args.waves or runner.waves_enabled()
-    tests = args.test or runner.list_tests()
-    print(f"pimorch sim: {len(tests)} test(s) under {args.sim}"
-          f"{' with waveforms' if waves else ''}; building the model if needed ...", flush=True)
-    runner.build(args.sim, waves=waves)
+    policies = args.policy or list(POLICIES)
+    env = {"PIMORCH_STREAM_COMMANDS": str(args.stream_commands)}
     rows, started = [], time.perf_counter()
-    for name in tests:
-        results, test_dir = runner.run(args.sim, [name], waves=waves, seed=args.seed,
-                                       run_name=name)
-        for r in results:
-            metrics = test_dir / "metrics.json"
-            cycles = json.loads(metrics.read_text())["cycles"] if metrics.is_file() else 0
-            wave = test_dir / "waves.vcd"
-            rows.append((r, cycles, wave if wave.is_file() else None, test_dir))
-            status = "PASS" if r.passed else "FAIL"
-            print(f"  {status}  {r.name:28} {cycles:>9} cycles {r.wall_s:8.2f} s"
-                  + (f"  {wave}" if wave.is_file() else ""), flush=True)
-            if not r.passed:
-                print(f"        {r.message.splitlines()[0] if r.message else ''}")
-                print(f"        log: {test_dir / 'sim.log'}")
-    passed = sum(r.passed for r, *_ in rows)
+    for policy in policies:
+        config = small_config().replace(policy=policy)
+        tests = [t for t in (args.test or runner.list_tests()) if t in runner.list_tests(policy)]
+        if not tests:
+            continue
+        print(f"pimorch sim: {policy}: {len(tests)} test(s) under {args.sim}"
+              f"{' with waveforms' if waves else ''}; building the model if needed ...",
+              flush=True)
+        runner.build(args.sim, config, waves=waves)
+        for name in tests:
+            results, test_dir = runner.run(args.sim, [name], config=config, waves=waves,
+                                           seed=args.seed, run_name=f"{policy}-{name}",
+                                           extra_env=env)
+            for r in results:
+                metrics = test_dir / "metrics.json"
+                m = json.loads(metrics.read_text()) if metrics.is_file() else {}
+                wave = test_dir / "waves.vcd"
+                rows.append(r)
+                status = "PASS" if r.passed else "FAIL"
+                print(f"  {status}  {r.name:28} {m.get('commands', 0):>7} cmds "
+                      f"{m.get('cycles', 0):>9} cycles {r.wall_s:8.2f} s"
+                      + (f"  {wave}" if wave.is_file() else ""), flush=True)
+                if not r.passed:
+                    print(f"        {r.message.splitlines()[0] if r.message else ''}")
+                    print(f"        log: {test_dir / 'sim.log'}")
+    passed = sum(r.passed for r in rows)
     failed = len(rows) - passed
     print(f"{args.sim}: {passed} passed, {failed} failed "
           f"in {time.perf_counter() - started:.1f} s (build folder build/sim/)")
@@ -177,6 +187,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=int(os.environ["SEED"]) if os.environ.get(
         "SEED") else None, help="random seed (printed by every run; replays it)")
     s.add_argument("--waves", action="store_true", help="write a VCD per test (also WAVES=1)")
+    s.add_argument("--policy", action="append", choices=POLICIES,
+                   help="controller policy to build and test (repeatable; default: all)")
+    s.add_argument("--stream-commands", type=int, default=int(os.environ.get(
+        "STREAM_COMMANDS") or 20000), metavar="N",
+                   help="commands per long_* player test (default 20000; also STREAM_COMMANDS)")
     s.set_defaults(func=cmd_sim)
 
     s = sub.add_parser("verilog", help="write the generated Verilog")

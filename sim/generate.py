@@ -11,7 +11,11 @@ from pathlib import Path
 
 from golden.config import ChannelConfig, load_profile, small_config
 
-TOPLEVEL = "pim_channel"
+TOPLEVEL = "pim_channel"  # the channel's Verilog module
+TB_TOPLEVEL = "pim_tb"  # the cocotb toplevel: the channel plus the stimulus player
+TB_TEMPLATE = Path(__file__).resolve().parent.parent / "tb" / "pim_tb.v.in"
+PLAY_ADDR_BITS = 18  # the player holds up to 2**18 commands and write beats per load
+PLAY_MAX = 1 << PLAY_ADDR_BITS
 BUILD = Path("build")
 
 
@@ -19,7 +23,7 @@ def config_key(config: ChannelConfig) -> str:
     text = json.dumps(dataclasses.asdict(config), sort_keys=True)
     sources = sorted(Path(__file__).resolve().parent.parent.joinpath("hw").glob("*.py"))
     digest = hashlib.sha256(text.encode())
-    for src in sources:  # regenerate when the RTL changes
+    for src in [*sources, TB_TEMPLATE]:  # regenerate when the RTL changes
         digest.update(src.read_bytes())
     return digest.hexdigest()[:12]
 
@@ -41,6 +45,24 @@ def generate(config: ChannelConfig, out_dir: Path | None = None) -> Path:
     tmp.replace(path)
     (out_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2))
     return path
+
+
+def testbench_source(channel: Path) -> Path:
+    """``pim_tb.v`` beside ``channel``: the template with the stream widths
+    of golden/isa.py filled in."""
+    from golden.isa import COMMAND_FIELDS, STATUS_FIELDS, TRACE_FIELDS, layout_widths
+
+    out = channel.with_name(f"{TB_TOPLEVEL}.v")
+    widths = {"CMD_W": COMMAND_FIELDS, "TRACE_W": TRACE_FIELDS, "STATUS_W": STATUS_FIELDS}
+    text = TB_TEMPLATE.read_text()
+    for key, fields in widths.items():
+        text = text.replace(f"@{key}@", str(sum(layout_widths(fields).values())))
+    text = text.replace("@PLAY_ADDR_BITS@", str(PLAY_ADDR_BITS))
+    if re.search(r"@[A-Z_]+@", text):
+        raise RuntimeError(f"{TB_TEMPLATE}: a placeholder was not filled")
+    if not out.is_file() or out.read_text() != text:
+        out.write_text(text)
+    return out
 
 
 _TRIGGER = re.compile(r"^(\s*)reg (\\\$auto\$verilog_backend\S+) += 0;$", re.M)
@@ -68,6 +90,8 @@ def icarus_source(path: Path) -> Path:
 
 CONFIGS = {
     "small": small_config,  # the tests' and make sim's configuration
+    "small-pingpong": lambda: small_config().replace(policy="pingpong"),
+    "small-dcs": lambda: small_config().replace(policy="dcs"),
     "full16": lambda: load_profile("gddr6-aim", rows=64),  # 16 banks x 16 lanes, for lint
 }
 

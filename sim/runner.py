@@ -20,7 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from golden.config import ChannelConfig, small_config
-from sim.generate import BUILD, TOPLEVEL, config_key, generate, icarus_source
+from sim.generate import (
+    BUILD,
+    TB_TOPLEVEL,
+    config_key,
+    generate,
+    icarus_source,
+    testbench_source,
+)
 from sim.tools import VERILATOR_WAIVERS, require_simulator
 
 TB_MODULE = "tb.test_channel"
@@ -62,15 +69,15 @@ def build(sim: str, config: ChannelConfig | None = None, waves: bool = False):
 
     config = config or small_config()
     require_simulator(sim)
-    verilog = generate(config)
-    if sim == "icarus":
-        verilog = icarus_source(verilog)
+    channel = generate(config)
+    sources = [icarus_source(channel) if sim == "icarus" else channel,
+               testbench_source(channel)]
     runner = get_runner(sim)
     args = []
     if sim == "verilator":
         args = [*VERILATOR_WAIVERS, "--x-assign", "fast", "--x-initial", "fast"]
     with _waves_env(waves):
-        runner.build(sources=[verilog.resolve()], hdl_toplevel=TOPLEVEL,
+        runner.build(sources=[s.resolve() for s in sources], hdl_toplevel=TB_TOPLEVEL,
                      build_dir=build_dir(sim, config, waves), build_args=args, waves=waves,
                      timescale=("1ns", "1ps"), always=False,
                      log_file=build_dir(sim, config, waves) / "build.log")
@@ -93,7 +100,7 @@ def run(sim: str, testcases: list[str] | None = None, config: ChannelConfig | No
     plusargs = [f"+dumpfile_path={test_dir / 'waves.fst'}"] if waves and sim == "icarus" else []
     started = time.perf_counter()
     with _waves_env(waves):
-        xml = runner.test(test_module=TB_MODULE, hdl_toplevel=TOPLEVEL, testcase=testcases,
+        xml = runner.test(test_module=TB_MODULE, hdl_toplevel=TB_TOPLEVEL, testcase=testcases,
                           build_dir=build_dir(sim, config, waves), test_dir=test_dir,
                           waves=waves, seed=seed, extra_env=env, plusargs=plusargs,
                           results_xml=str(test_dir / "results.xml"),
@@ -107,13 +114,16 @@ def run(sim: str, testcases: list[str] | None = None, config: ChannelConfig | No
     return results, test_dir
 
 
-def list_tests() -> list[str]:
-    """The cocotb tests in TB_MODULE, in file order."""
+def list_tests(policy: str | None = None) -> list[str]:
+    """The cocotb tests in TB_MODULE, in file order; with ``policy``, those
+    that apply to it (``ONLY`` in the module names the policy-specific ones)."""
     import importlib
 
     module = importlib.import_module(TB_MODULE)
+    only = getattr(module, "ONLY", {})
     return [name for name, obj in vars(module).items()
-            if type(obj).__module__.startswith("cocotb") and type(obj).__name__ == "TestGenerator"]
+            if type(obj).__module__.startswith("cocotb") and type(obj).__name__ == "TestGenerator"
+            and (policy is None or policy in only.get(name, (policy,)))]
 
 
 def parse_results(xml: Path) -> list[TestResult]:
@@ -155,7 +165,8 @@ def convert_waves(sim: str, test_dir: Path) -> Path | None:
 #: The main view: the streams, the controller's issue trace and status.
 GTKW_SIGNALS = ("clk", "rst", "cycle", "cmd__valid", "cmd__ready", "cmd__payload",
                 "wdata__valid", "wdata__ready", "rdata__valid", "rdata__ready", "trace__valid",
-                "trace__payload", "status", "open_", "gap_cnt", "ccd_cnt", "outstanding")
+                "trace__payload", "status", "open_", "gap0_cnt", "gap1_cnt", "ccd_cnt",
+                "outstanding", "compute_q_count", "io_q_count", "fence")
 
 
 def write_gtkw(vcd: Path) -> Path:
@@ -163,8 +174,12 @@ def write_gtkw(vcd: Path) -> Path:
     from vcdvcd import VCDVCD
 
     names = VCDVCD(str(vcd), only_sigs=True).signals
-    top = [n for n in names if n.count(".") == min(x.count(".") for x in names)]
-    by_leaf = {n.split(".")[-1].split("[")[0]: n for n in top}
+    depth = min(x.count(".") for x in names)
+    by_leaf = {}  # the toplevel's ports first, then the channel's own nets
+    for level in (depth, depth + 1):
+        for n in names:
+            if n.count(".") == level:
+                by_leaf.setdefault(n.split(".")[-1].split("[")[0], n)
     lines = [f'[dumpfile] "{vcd.resolve()}"', "[timestart] 0"]
     for leaf in GTKW_SIGNALS:
         if leaf in by_leaf:

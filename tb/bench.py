@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge
+from cocotb.triggers import ClockCycles, FallingEdge, First, RisingEdge, Timer
 
 from golden.channel import ChannelModel, Command, RunResult
 from golden.config import ChannelConfig, Timing
@@ -71,7 +71,9 @@ class ChannelTB:
     async def start(self) -> None:
         dut = self.dut
         Clock(dut.clk, CLOCK_NS, unit="ns").start()
-        for name in ("cmd__valid", "wdata__valid", "rdata__ready", "err_clear"):
+        for name in ("cmd__valid", "wdata__valid", "rdata__ready", "err_clear", "play", "load",
+                     "n_cmd", "n_wdata", "n_rdata", "n_trace", "idle_level", "stall_level",
+                     "lfsr_seed", "hold_beat", "hold_until"):
             getattr(dut, name).value = 0
         dut.cmd__payload.value = 0
         dut.wdata__payload.value = 0
@@ -80,13 +82,24 @@ class ChannelTB:
         dut.rst.value = 0
         await RisingEdge(dut.clk)
 
+    async def reset(self) -> None:
+        """Reset the channel between streams (the clock keeps running)."""
+        await FallingEdge(self.dut.clk)
+        self.dut.rst.value = 1
+        await ClockCycles(self.dut.clk, 3)
+        self.dut.rst.value = 0
+        await RisingEdge(self.dut.clk)
+
     async def run(self, commands: list[Command], wdata: list[int], *,
-                  err_clear_after: int | None = None, max_cycles: int | None = None) -> Observed:
-        """Drive the streams until the expected trace and read data are in."""
+                  err_clear_after: int | None = None, max_cycles: int | None = None,
+                  offer_at: list[int] | None = None) -> Observed:
+        """Drive the streams until the expected trace and read data are in.
+        ``offer_at[i]``: command i is not offered before that cycle."""
         expect = ChannelModel(self.config).run(commands, wdata)  # counts, not timing
         n_trace, n_rdata = len(expect.trace), len(expect.rdata)
         slow = 1.0 / max(0.05, (1 - self.idle) * (1 - self.backpressure))
-        limit = max_cycles or int(expect.cycles * slow * 2) + 2000
+        limit = max_cycles or int(expect.cycles * slow * 2) + 2000 + max(offer_at or [0])
+        offer = offer_at or [0] * len(commands)
         idle = self.rng.random(limit) < self.idle
         stall = self.rng.random(limit) < self.backpressure
         words = [c.pack() for c in commands]
@@ -115,7 +128,7 @@ class ChannelTB:
                 obs.rdata.append(r_payload.value.to_unsigned())
                 obs.rdata_pops.append(now)
             # the inputs for this cycle: the handshake completes at the next rising edge
-            if ci < n_cmd and not idle[now]:
+            if ci < n_cmd and not idle[now] and now >= offer[ci]:
                 cmd_valid.value = 1
                 cmd_payload.value = words[ci]
                 if cmd_ready.value:
@@ -142,6 +155,64 @@ class ChannelTB:
         st = unpack(STATUS_FIELDS, dut.status.value.to_unsigned())
         obs.status = (st["err_code"], st["err_id"], st["err_count"])
         obs.cycles = now
+        return obs
+
+    async def play(self, commands: list[Command], wdata: list[int], *, idle: float | None = None,
+                   backpressure: float | None = None,
+                   hold: tuple[int, int] | None = None) -> Observed:
+        """Run a stream through the player (reset first); return the record.
+        ``hold = (k, cycle)`` holds write beat k back until that cycle."""
+        from sim.generate import PLAY_MAX
+
+        if len(commands) > PLAY_MAX or len(wdata) > PLAY_MAX:
+            raise ValueError(f"the player holds {PLAY_MAX} commands and beats per load; "
+                             f"split the stream ({len(commands)} commands, {len(wdata)} beats)")
+        idle = self.idle if idle is None else idle
+        backpressure = self.backpressure if backpressure is None else backpressure
+        expect = ChannelModel(self.config).run(commands, wdata)  # counts, not timing
+        with open("play_cmds.hex", "w") as f:
+            f.write("".join(f"{c.pack():x}\n" for c in commands))
+        with open("play_wdata.hex", "w") as f:
+            f.write("".join(f"{w:x}\n" for w in wdata))
+        dut = self.dut
+        dut.play.value = 0
+        dut.rst.value = 1
+        dut.n_cmd.value, dut.n_wdata.value = len(commands), len(wdata)
+        dut.n_rdata.value, dut.n_trace.value = len(expect.rdata), len(expect.trace)
+        dut.idle_level.value = min(65535, int(idle * 65536))
+        dut.stall_level.value = min(65535, int(backpressure * 65536))
+        dut.lfsr_seed.value = int(self.rng.integers(1, 1 << 32))
+        dut.hold_beat.value, dut.hold_until.value = hold or (0, 0)
+        dut.load.value = 1
+        await ClockCycles(dut.clk, 3)
+        dut.load.value = 0
+        dut.rst.value = 0
+        dut.play.value = 1
+        slow = 1.0 / max(0.05, (1 - idle) * (1 - backpressure))
+        limit = int(expect.cycles * slow * 2) + 2000 + (hold[1] if hold else 0)
+        done = RisingEdge(dut.done)
+        if await First(done, Timer(limit * CLOCK_NS, unit="ns")) is not done:
+            raise ScoreboardError(f"player: not done after {limit} cycles; "
+                                  f"record in {os.path.abspath('play_record.txt')}")
+        await FallingEdge(dut.clk)
+        obs = Observed()
+        with open("play_record.txt") as f:
+            for line in f:
+                kind, *rest = line.split()
+                if kind == "C":
+                    obs.cmd_arrivals.append(int(rest[0]))
+                elif kind == "W":
+                    obs.wdata_arrivals.append(int(rest[0]))
+                elif kind == "R":
+                    obs.rdata_pops.append(int(rest[0]))
+                    obs.rdata.append(int(rest[1], 16))
+                else:
+                    e = unpack(TRACE_FIELDS, int(rest[0], 16))
+                    obs.trace.append((e["cmd_id"], e["opcode"], e["cycle"]))
+        st = unpack(STATUS_FIELDS, dut.status.value.to_unsigned())
+        obs.status = (st["err_code"], st["err_id"], st["err_count"])
+        obs.cycles = dut.cycle.value.to_unsigned()
+        dut.play.value = 0
         return obs
 
     def check(self, commands: list[Command], wdata: list[int], obs: Observed) -> RunResult:

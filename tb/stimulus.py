@@ -19,15 +19,32 @@ def random_word(rng: np.random.Generator, special: float = 0.02) -> int:
     return nm.lanes_to_word(lanes)
 
 
+#: (gbuf entries, obuf entries) a stream draws from, its share of RD/WR, and
+#: the probability that a command stays on the previous command's row
+STREAM_SHAPES = {
+    "mixed": (None, None, 0.3, 0.0),  # every entry; RD/WR (fences under DCS) common
+    "dense": (2, 2, 0.04, 0.9),  # few entries, heavy reuse: dependency chains
+    "sparse": (None, None, 0.04, 0.9),  # every entry: independent commands overlap
+}
+
+
 def random_stream(config: ChannelConfig, n: int, rng: np.random.Generator,
-                  bad: float = 0.01, rows_used: int = 3) -> tuple[list[Command], list[int]]:
+                  bad: float = 0.01, rows_used: int = 3, shape: str = "mixed",
+                  ) -> tuple[list[Command], list[int]]:
     """n commands: a mix of every kind with row locality (a few rows so both
-    row hits and misses occur) and a small share of malformed commands."""
+    row hits and misses occur) and a small share of malformed commands.
+    ``shape`` (STREAM_SHAPES) sets how many buffer entries are used and how
+    common the normal accesses are."""
     kinds = [Opcode.WR_INP, Opcode.MAC, Opcode.RD_OUT, Opcode.RD, Opcode.WR]
-    weights = np.array([0.15, 0.45, 0.1, 0.1, 0.2])
+    g_used, o_used, normal, stay = STREAM_SHAPES[shape]
+    g_used = min(g_used or config.gbuf_entries, config.gbuf_entries)
+    o_used = min(o_used or config.obuf_entries, config.obuf_entries)
+    weights = np.array([0.15, 0.45, 0.1, 0.0, 0.0]) * (1 - normal) / 0.7
+    weights[3:] = normal / 3, normal * 2 / 3
     rows = rng.choice(config.rows, min(rows_used, config.rows), replace=False)
     cmds: list[Command] = []
     wdata: list[int] = []
+    row = int(rows[0])
     for _ in range(n):
         if rng.random() < bad:
             cmds.append(_malformed(config, rng))
@@ -35,11 +52,12 @@ def random_stream(config: ChannelConfig, n: int, rng: np.random.Generator,
                 wdata.append(random_word(rng))
             continue
         op = kinds[rng.choice(len(kinds), p=weights)]
-        row = int(rng.choice(rows))
+        if not (stay and rng.random() < stay and cmds):
+            row = int(rng.choice(rows))
         col = int(rng.integers(config.cols))
         bank = int(rng.integers(config.banks))
-        g = int(rng.integers(config.gbuf_entries))
-        out = int(rng.integers(config.obuf_entries))
+        g = int(rng.integers(g_used))
+        out = int(rng.integers(o_used))
         if op == Opcode.WR_INP:
             cmd = wr_inp(g)
         elif op == Opcode.MAC:

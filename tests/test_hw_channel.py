@@ -119,7 +119,7 @@ def test_err_clear_clears_status():
     assert got["status"] == (ErrorCode.NONE, 0, 0)
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", range(2))
 def test_random_streams_every_policy(cfg, seed):
     """Random commands (a few malformed), random idle and backpressure."""
     rng = np.random.default_rng(seed)
