@@ -543,8 +543,11 @@ class Channel(wiring.Component):
         s1_out = Signal(range(max(2, cfg.obuf_entries)))  # never zero-width
         s1_bank = Signal(range(max(2, B)))
         m.d.sync += [s1_mac.eq(do_col & op.mac), s1_rd_out.eq(do_col & op.rd_out),
-                     s1_rd.eq(do_col & op.is_[Opcode.RD]), s1_out.eq(cmd.out_idx),
-                     s1_bank.eq(cmd.bank)]
+                     s1_rd.eq(do_col & op.is_[Opcode.RD])]
+        # Captured only at an issue: the OBuf read mux, and the MAC trees and
+        # BF16 rounding behind it, stay still while a queue head waits.
+        with m.If(do_col):
+            m.d.sync += [s1_out.eq(cmd.out_idx), s1_bank.eq(cmd.bank)]
 
         obuf = [[Signal(32, name=f"obuf{e}_bank{b}") for b in range(B)]
                 for e in range(cfg.obuf_entries)]

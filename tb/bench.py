@@ -10,6 +10,7 @@ cycles and compares the issue trace cycle-exact and read data bit-exact.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -65,6 +66,10 @@ class ChannelTB:
         self.seed = int(cocotb.RANDOM_SEED)
         self.rng = np.random.default_rng(self.seed)
         self.idle, self.backpressure = idle, backpressure
+        # The golden model's GBuf and bank contents carry over between streams,
+        # as the RTL's memories do through a reset (registers, OBuf included,
+        # are reset).
+        self.model = ChannelModel(self.config)
         self.log.info("seed %d (replay: SEED=%d make sim, or pytest --seed %d); %s",
                       self.seed, self.seed, self.seed, self.config.describe())
 
@@ -95,7 +100,7 @@ class ChannelTB:
                   offer_at: list[int] | None = None) -> Observed:
         """Drive the streams until the expected trace and read data are in.
         ``offer_at[i]``: command i is not offered before that cycle."""
-        expect = ChannelModel(self.config).run(commands, wdata)  # counts, not timing
+        expect = copy.deepcopy(self.model).run(commands, wdata)  # counts, not timing
         n_trace, n_rdata = len(expect.trace), len(expect.rdata)
         slow = 1.0 / max(0.05, (1 - self.idle) * (1 - self.backpressure))
         limit = max_cycles or int(expect.cycles * slow * 2) + 2000 + max(offer_at or [0])
@@ -169,7 +174,7 @@ class ChannelTB:
                              f"split the stream ({len(commands)} commands, {len(wdata)} beats)")
         idle = self.idle if idle is None else idle
         backpressure = self.backpressure if backpressure is None else backpressure
-        expect = ChannelModel(self.config).run(commands, wdata)  # counts, not timing
+        expect = copy.deepcopy(self.model).run(commands, wdata)  # counts, not timing
         with open("play_cmds.hex", "w") as f:
             f.write("".join(f"{c.pack():x}\n" for c in commands))
         with open("play_wdata.hex", "w") as f:
@@ -217,7 +222,8 @@ class ChannelTB:
 
     def check(self, commands: list[Command], wdata: list[int], obs: Observed) -> RunResult:
         """Scoreboard: golden model on the observed timing vs the DUT."""
-        ref = ChannelModel(self.config).run(commands, wdata, obs.cmd_arrivals,
+        self.model.obuf[:] = 0  # reset state: OBuf registers cleared, memories kept
+        ref = self.model.run(commands, wdata, obs.cmd_arrivals,
                                             obs.wdata_arrivals, obs.rdata_pops)
         want = [(t.cmd_id, int(t.opcode), t.cycle) for t in ref.trace]
         for i, (g, w) in enumerate(zip(obs.trace, want, strict=False)):

@@ -1,3 +1,6 @@
 def pytest_addoption(parser):
     parser.addoption("--seed", action="store", default=None,
                      help="cocotb random seed for the RTL tests (replays a failing run)")
+    parser.addoption("--stream-commands", action="store", type=int, default=None,
+                     help="commands per long_* player test and simulator (default: "
+                          "20000 under Verilator, 4000 under Icarus); raise for long runs")

@@ -6,13 +6,15 @@ import os
 import pytest
 from vcdvcd import VCDVCD
 
-from golden.config import small_config
+from golden.config import POLICIES, small_config
 from golden.isa import TRACE_FIELDS, Opcode, unpack
 from sim import runner
 from sim.tools import ToolError, require_simulator
 
 SIMS = ["verilator", "icarus"]
-TESTS = runner.list_tests()
+#: commands per long_* test: Icarus simulates the MAC trees about 10x slower
+STREAM_COMMANDS = {"verilator": 20000, "icarus": 4000}
+WAVE_TESTS = ("act_to_mac_waveform", "dcs_out_of_order_waveform")
 pytestmark = pytest.mark.cocotb
 
 
@@ -21,31 +23,42 @@ def seed_option(request):
     return int(seed) if seed else None
 
 
-@pytest.fixture(scope="session", params=SIMS)
-def sim(request):
+def cases():
+    """(simulator, policy, test); one xdist group per simulator, so the two
+    simulators run side by side and each model is built by one worker."""
+    for sim in SIMS:
+        for policy in POLICIES:
+            for test in runner.list_tests(policy):
+                if test not in WAVE_TESTS:
+                    yield pytest.param(sim, policy, test, id=f"{sim}-{policy}-{test}",
+                                       marks=pytest.mark.xdist_group(sim))
+
+
+def need(sim):
     try:
-        require_simulator(request.param)
+        require_simulator(sim)
     except ToolError as e:
         pytest.fail(str(e))
-    runner.build(request.param, small_config())
-    return request.param
 
 
-@pytest.mark.parametrize("test", [t for t in TESTS if t != "act_to_mac_waveform"])
-def test_rtl_matches_golden(sim, test, request):
-    results, test_dir = runner.run(sim, [test], seed=seed_option(request),
-                                   run_name=f"pytest-{test}")
+@pytest.mark.parametrize("sim, policy, test", cases())
+def test_rtl_matches_golden(sim, policy, test, request):
+    need(sim)
+    n = request.config.getoption("--stream-commands") or STREAM_COMMANDS[sim]
+    results, test_dir = runner.run(sim, [test], config=small_config().replace(policy=policy),
+                                   seed=seed_option(request), run_name=f"pytest-{policy}-{test}",
+                                   extra_env={"PIMORCH_STREAM_COMMANDS": str(n)})
     failed = [r for r in results if not r.passed]
     assert results and not failed, f"{failed[0].message if failed else 'no result'} " \
                                     f"(log: {test_dir / 'sim.log'})"
 
 
-@pytest.mark.parametrize("wave_sim", SIMS)
-def test_waveform_shows_act_to_mac_equal_trcd(wave_sim, tmp_path):
-    """WAVES=1 flow: a VCD per test; in it, the first MAC on a freshly
-    activated row issues exactly tRCD clock periods after the ACT."""
-    results, test_dir = runner.run(wave_sim, ["act_to_mac_waveform"], waves=True,
-                                   run_name="pytest-waves")
+def wave_trace(sim, test):
+    """Run ``test`` on the DCS model with waveforms; return the issue trace
+    read back from the VCD as (opcode, cmd_id, clock period index)."""
+    need(sim)
+    results, test_dir = runner.run(sim, [test], config=small_config().replace(policy="dcs"),
+                                   waves=True, run_name=f"pytest-waves-{test}")
     assert results and all(r.passed for r in results), results
     vcd_path = test_dir / "waves.vcd"
     assert vcd_path.is_file(), f"no VCD in {test_dir}"
@@ -65,8 +78,30 @@ def test_waveform_shows_act_to_mac_equal_trcd(wave_sim, tmp_path):
         # sample just before the edge: the value the flops capture
         if valid[t - 1] == "1":
             entry = unpack(TRACE_FIELDS, int(payload[t - 1], 2))
-            issued.append((Opcode(entry["opcode"]), t))
-    act = next(t for op, t in issued if op == Opcode.ACT)
-    first_mac = next(t for op, t in issued if op == Opcode.MAC)
-    assert (first_mac - act) // period == small_config().timing.t_rcd
-    assert (first_mac - act) % period == 0
+            assert (t - rising[0]) % period == 0
+            issued.append((Opcode(entry["opcode"]), entry["cmd_id"], (t - rising[0]) // period))
+    return issued
+
+
+@pytest.mark.parametrize("wave_sim", [pytest.param(s, marks=pytest.mark.xdist_group(s))
+                                      for s in SIMS])
+def test_waveform_shows_act_to_mac_equal_trcd(wave_sim):
+    """WAVES=1 flow: a VCD per test; in it, the first MAC on a freshly
+    activated row issues exactly tRCD clock periods after the ACT."""
+    issued = wave_trace(wave_sim, "act_to_mac_waveform")
+    act = next(t for op, _, t in issued if op == Opcode.ACT)
+    first_mac = next(t for op, _, t in issued if op == Opcode.MAC)
+    assert first_mac - act == small_config().timing.t_rcd
+
+
+@pytest.mark.parametrize("wave_sim", [pytest.param(s, marks=pytest.mark.xdist_group(s))
+                                      for s in SIMS])
+def test_waveform_shows_dcs_issue_out_of_program_order(wave_sim):
+    """In the VCD of the DCS model: WR-INP 1 (an I/O command) issues while
+    MAC 0, earlier in program order, still waits for its row; then the MAC."""
+    issued = wave_trace(wave_sim, "dcs_out_of_order_waveform")
+    when = {(op, i): t for op, i, t in issued}
+    assert when[(Opcode.WR_INP, 1)] < when[(Opcode.MAC, 0)]
+    assert when[(Opcode.MAC, 0)] - when[(Opcode.ACT, 0)] == small_config().timing.t_rcd
+    order = [(op, i) for op, i, _ in issued if op not in (Opcode.PRE, Opcode.ACT)]
+    assert order != sorted(order, key=lambda e: e[1])  # not program order
