@@ -29,7 +29,7 @@ sim: $(STAMP) tools
 
 test: $(STAMP) tools
 	@command -v fst2vcd >/dev/null 2>&1 || { echo "missing fst2vcd (Icarus waveforms): apt-get install -y gtkwave"; exit 1; }
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -q -n 2
 
 verilog: $(STAMP) tools
 	$(BIN)/pimorch verilog --out build/verilog-out

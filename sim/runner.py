@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import io
 import json
 import os
@@ -76,7 +77,11 @@ def build(sim: str, config: ChannelConfig | None = None, waves: bool = False):
     args = []
     if sim == "verilator":
         args = [*VERILATOR_WAIVERS, "--x-assign", "fast", "--x-initial", "fast"]
-    with _waves_env(waves):
+    folder = build_dir(sim, config, waves)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    # One build at a time per folder: parallel test workers share the models.
+    with open(folder.with_name(folder.name + ".lock"), "w") as lock, _waves_env(waves):
+        fcntl.flock(lock, fcntl.LOCK_EX)
         runner.build(sources=[s.resolve() for s in sources], hdl_toplevel=TB_TOPLEVEL,
                      build_dir=build_dir(sim, config, waves), build_args=args, waves=waves,
                      timescale=("1ns", "1ps"), always=False,

@@ -19,7 +19,8 @@ from tb.stimulus import gemv_problem, random_stream, random_word
 GEMV_SHAPE = (256, 512)
 CHUNK = 100_000  # commands per player load
 #: Tests for one controller policy only; the others run under every policy.
-ONLY = {"dcs_hazards": ("dcs",), "dcs_out_of_order_waveform": ("dcs",), "id_wrap": ("dcs",)}
+ONLY = {"gemv": ("static", "dcs"), "dcs_hazards": ("dcs",), "id_wrap": ("dcs",),
+        "dcs_out_of_order_waveform": ("dcs",)}
 
 
 @cocotb.test()

@@ -24,14 +24,13 @@ def seed_option(request):
 
 
 def cases():
-    """(simulator, policy, test); one xdist group per simulator, so the two
-    simulators run side by side and each model is built by one worker."""
+    """(simulator, policy, test). Parallel workers share the simulator
+    models: ``runner.build`` builds each once, under a lock."""
     for sim in SIMS:
         for policy in POLICIES:
             for test in runner.list_tests(policy):
                 if test not in WAVE_TESTS:
-                    yield pytest.param(sim, policy, test, id=f"{sim}-{policy}-{test}",
-                                       marks=pytest.mark.xdist_group(sim))
+                    yield pytest.param(sim, policy, test, id=f"{sim}-{policy}-{test}")
 
 
 def need(sim):
@@ -41,7 +40,7 @@ def need(sim):
         pytest.fail(str(e))
 
 
-@pytest.mark.parametrize("sim, policy, test", cases())
+@pytest.mark.parametrize("sim, policy, test", list(cases()))
 def test_rtl_matches_golden(sim, policy, test, request):
     need(sim)
     n = request.config.getoption("--stream-commands") or STREAM_COMMANDS[sim]
@@ -83,8 +82,7 @@ def wave_trace(sim, test):
     return issued
 
 
-@pytest.mark.parametrize("wave_sim", [pytest.param(s, marks=pytest.mark.xdist_group(s))
-                                      for s in SIMS])
+@pytest.mark.parametrize("wave_sim", SIMS)
 def test_waveform_shows_act_to_mac_equal_trcd(wave_sim):
     """WAVES=1 flow: a VCD per test; in it, the first MAC on a freshly
     activated row issues exactly tRCD clock periods after the ACT."""
@@ -94,8 +92,7 @@ def test_waveform_shows_act_to_mac_equal_trcd(wave_sim):
     assert first_mac - act == small_config().timing.t_rcd
 
 
-@pytest.mark.parametrize("wave_sim", [pytest.param(s, marks=pytest.mark.xdist_group(s))
-                                      for s in SIMS])
+@pytest.mark.parametrize("wave_sim", SIMS)
 def test_waveform_shows_dcs_issue_out_of_program_order(wave_sim):
     """In the VCD of the DCS model: WR-INP 1 (an I/O command) issues while
     MAC 0, earlier in program order, still waits for its row; then the MAC."""
