@@ -1,4 +1,4 @@
-# pimorch: make sim | test | verilog | lint | waves | bench | clean
+# pimorch: make sim | test | verilog | lint | waves | bench | formal | synth | clean
 # Every target bootstraps .venv and checks the system tools it needs.
 
 PYTHON ?= python3
@@ -9,7 +9,7 @@ SIM    ?= verilator
 WAVES  ?= 0
 export SIM WAVES
 
-.PHONY: sim test verilog lint waves bench clean tools
+.PHONY: sim test verilog lint waves bench formal synth clean tools
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "missing Python 3.11: apt-get install -y python3 python3-venv"; exit 1; }
@@ -44,6 +44,12 @@ waves: $(STAMP) tools
 
 bench: $(STAMP) tools
 	$(BIN)/pimorch bench --json build/bench.json
+
+formal: $(STAMP)
+	$(BIN)/python -m sim.formal
+
+synth: $(STAMP)
+	$(BIN)/python -m sim.synth
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache .hypothesis

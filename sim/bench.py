@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from golden.channel import ChannelModel
-from golden.config import small_config
+from golden.config import POLICIES, small_config
 from sim import runner
 from tb.stimulus import gemv_problem
 
@@ -77,6 +77,27 @@ def bench_rtl(sim: str) -> dict:
             "cycles_per_s": round(metrics["cycles"] / res.wall_s) if res.wall_s else None}
 
 
+def bench_rtl_kernel(sim: str, tokens: int = 1024) -> dict:
+    """The dcs_kernel test (QK^T d128 g2) under each policy: RTL cycles and
+    simulation speed; the cycle counts equal the golden model's."""
+    out = {}
+    for policy in POLICIES:
+        config = small_config().replace(policy=policy)
+        runner.build(sim, config)
+        results, test_dir = runner.run(sim, ["dcs_kernel"], config=config, seed=1,
+                                       run_name=f"bench-kernel-{policy}",
+                                       extra_env={"PIMORCH_KERNEL_TOKENS": str(tokens)})
+        m = json.loads((test_dir / "metrics.json").read_text())
+        wall = results[0].wall_s
+        out[policy] = {"passed": results[0].passed, "kernel": m["kernel"], "tokens": tokens,
+                       "commands": m["commands"], "cycles": m["cycles"],
+                       "test_wall_s": round(wall, 2),  # simulation plus the golden scoreboard
+                       "cycles_per_s": round(m["cycles"] / wall) if wall else None,
+                       "commands_per_s": round(m["commands"] / wall) if wall else None}
+    out["dcs_speedup_over_static"] = round(out["static"]["cycles"] / out["dcs"]["cycles"], 3)
+    return out
+
+
 def bench(out: Path | None, sims: list[str]) -> dict:
     report = {
         "benchmark": f"GEMV {GEMV_SHAPE[0]}x{GEMV_SHAPE[1]} on one channel, static controller",
@@ -87,6 +108,7 @@ def bench(out: Path | None, sims: list[str]) -> dict:
         "dcs_utilization_study": bench_study(Path(out).parent if out and str(out) != "-"
                                              else Path("build")),
         "rtl": {sim: bench_rtl(sim) for sim in sims},
+        "rtl_dcs_kernel": {sim: bench_rtl_kernel(sim) for sim in sims},
     }
     for r in report["rtl"].values():
         if r.get("cycles_per_s"):

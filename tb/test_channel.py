@@ -237,3 +237,22 @@ async def dcs_out_of_order_waveform(dut):
     obs = await tb.run(cmds, wdata)
     tb.check(cmds, wdata, obs)
     assert _cycle(obs, 1, Opcode.WR_INP) < _cycle(obs, 0, Opcode.MAC)
+
+
+@cocotb.test()
+async def dcs_kernel(dut):
+    """A QK^T kernel (d_head 128, GQA group 2, PIMORCH_KERNEL_TOKENS tokens,
+    default 256) through the player without idle or backpressure: the cycle
+    count is the policy's, cycle-exact with golden (make bench times it)."""
+    from golden.kernels import qkt
+
+    tokens = int(os.environ.get("PIMORCH_KERNEL_TOKENS", "256"))
+    tb = ChannelTB(dut, idle=0.0, backpressure=0.0)
+    await tb.start()
+    k = qkt(tb.config, 128, 2, tokens)
+    obs = await tb.play(k.commands, k.wdata)
+    ref = tb.check(k.commands, k.wdata, obs)
+    tb.log.info("%s under %s: %d commands, %d MACs in %d cycles", k.name, tb.config.policy,
+                len(k.commands), ref.mac_count, ref.cycles)
+    tb.write_metrics(commands=len(k.commands), cycles=ref.cycles, macs=ref.mac_count,
+                     kernel=k.name, policy=tb.config.policy, seed=tb.seed)

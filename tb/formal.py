@@ -1,0 +1,170 @@
+"""Formal harness for the channel controller (``make formal``).
+
+The harness wraps ``hw.Channel`` on a small configuration and checks it
+against ghost state kept from the streams alone (the command handshake and
+the issue trace), not from the controller's tables:
+
+* ``issue_once``: every issued command was accepted and not issued before,
+  and issues with the opcode it was accepted with.
+* ``dependency``: a command touching a GBuf or OBuf entry issues only after
+  every earlier command (program order) touching that entry has issued, and
+  after the last one's access has completed (``golden.dcs``: WR-INP
+  ``t_wr_inp``, a MAC's GBuf read 1 cycle, its OBuf update ``t_mac``, or
+  ``tCCD`` before another MAC, RD-OUT ``t_rd_out``).
+* ``liveness`` (with fair streams: write beats always offered, read beats
+  always taken): an accepted command issues within ``LIVE_BOUND`` cycles,
+  and a DCS queue head within ``HEAD_BOUND`` cycles.
+
+Inputs are free except that commands are well formed (malformed commands
+are covered by the simulation tests) and that no more than ``SLOTS``
+commands are in flight (the environment holds the next one back).
+"""
+
+from __future__ import annotations
+
+from amaranth import Module, Mux, ResetSignal, Signal
+from amaranth.hdl import Assert, Assume, Elaboratable
+from amaranth.lib import data
+
+from golden.config import ChannelConfig, Timing
+from golden.isa import Opcode
+from hw.channel import ID_BITS, Channel, CommandLayout
+
+FORMAL_CONFIG = ChannelConfig(
+    banks=1, rows=1, cols=1, gbuf_entries=2, obuf_entries=2, cmd_depth=2, wdata_depth=2,
+    rdata_depth=2, io_depth=2, compute_depth=2, policy="dcs",
+    timing=Timing(t_rcd=1, t_rp=1, t_ras=1, t_ccd=1, t_wr_inp=2, t_mac=3, t_rd_out=2))
+SLOTS = 8  # ghost slots, indexed by command ID: more than can be in flight
+LIVE_BOUND = 7
+HEAD_BOUND = 6
+_OPS = (Opcode.WR_INP, Opcode.MAC, Opcode.RD_OUT, Opcode.RD, Opcode.WR)
+
+
+class FormalChannel(Elaboratable):
+    """The channel with free (well-formed) inputs and the properties."""
+
+    def __init__(self, config: ChannelConfig = FORMAL_CONFIG, live: bool = False,
+                 stricter: int = 0):
+        #: ``stricter`` > 0 demands that many cycles more than the rules after
+        #: a GBuf access: a false property, which must fail (the harness can fail).
+        self.config, self.live, self.stricter = config, live, stricter
+        self.cmd_valid = Signal()
+        self.cmd_payload = Signal(CommandLayout)
+        self.wdata_valid = Signal()
+        self.rdata_ready = Signal()
+
+    def elaborate(self, platform):
+        cfg, tm = self.config, self.config.timing
+        m = Module()
+        dut = Channel(cfg, datapath=False)
+        dut._MustUse__silence = True  # elaborated below, directly
+        m.submodules.dut = dut.elaborate(platform)  # now, so the probes exist
+        cmd = self.cmd_payload
+        m.d.comb += [
+            dut.cmd.valid.eq(self.cmd_valid), dut.cmd.payload.eq(cmd),
+            dut.wdata.valid.eq(self.wdata_valid), dut.wdata.payload.eq(0),
+            dut.rdata.ready.eq(self.rdata_ready), dut.err_clear.eq(0),
+        ]
+
+        # ---- assumptions: well-formed commands (and fair streams) -------
+        is_ = {o: cmd.opcode == o for o in _OPS}
+        uses_bank = is_[Opcode.MAC] | is_[Opcode.RD] | is_[Opcode.WR]
+        m.d.comb += Assume(sum(is_.values()) == 1)
+        m.d.comb += Assume(~uses_bank | ((cmd.row < cfg.rows) & (cmd.col < cfg.cols)))
+        m.d.comb += Assume(cmd.bank < cfg.banks)
+        m.d.comb += Assume(cmd.gbuf_idx < cfg.gbuf_entries)
+        m.d.comb += Assume(cmd.out_idx < cfg.obuf_entries)
+        m.d.comb += Assume(~ResetSignal())  # runs from the initial (reset) state
+        if self.live:
+            m.d.comb += [Assume(self.wdata_valid), Assume(self.rdata_ready)]
+
+        # ---- ghost state from the streams --------------------------------
+        accept = self.cmd_valid & dut.cmd.ready
+        acc_id = Signal(ID_BITS)
+        with m.If(accept):
+            m.d.sync += acc_id.eq(acc_id + 1)
+        slot_bits = (SLOTS - 1).bit_length()
+        rank_bits = 4
+        Slot = data.StructLayout({"pending": 1, "op": 5, "g": 4, "o": 4, "rank_g": rank_bits,
+                                  "rank_o": rank_bits, "age": 8})
+        slots = [Signal(Slot, name=f"ghost{k}") for k in range(SLOTS)]
+        G, O = cfg.gbuf_entries, cfg.obuf_entries
+        acc_g = [Signal(rank_bits, name=f"acc_g{e}") for e in range(G)]
+        iss_g = [Signal(rank_bits, name=f"iss_g{e}") for e in range(G)]
+        acc_o = [Signal(rank_bits, name=f"acc_o{e}") for e in range(O)]
+        iss_o = [Signal(rank_bits, name=f"iss_o{e}") for e in range(O)]
+        since_g = [Signal(8, init=255, name=f"since_g{e}") for e in range(G)]
+        since_o = [Signal(8, init=255, name=f"since_o{e}") for e in range(O)]
+        lat_g = [Signal(8, name=f"lat_g{e}") for e in range(G)]
+        lat_o = [Signal(8, name=f"lat_o{e}") for e in range(O)]
+        mac_o = [Signal(name=f"mac_o{e}") for e in range(O)]
+        for cnt in [*since_g, *since_o]:
+            with m.If(cnt != 255):
+                m.d.sync += cnt.eq(cnt + 1)
+        for s in slots:
+            with m.If(s.pending & (s.age != 255)):
+                m.d.sync += s.age.eq(s.age + 1)
+
+        touches_g = is_[Opcode.WR_INP] | is_[Opcode.MAC]
+        touches_o = is_[Opcode.MAC] | is_[Opcode.RD_OUT]
+        for k, s in enumerate(slots):
+            with m.If(accept & (acc_id[:slot_bits] == k)):
+                # The environment holds a command back while its ghost slot is
+                # busy (a command SLOTS IDs older still waits, e.g. for its beat).
+                m.d.comb += Assume(~s.pending)
+                m.d.sync += [s.pending.eq(1), s.op.eq(cmd.opcode), s.g.eq(cmd.gbuf_idx),
+                             s.o.eq(cmd.out_idx), s.age.eq(0)]
+                for e in range(G):
+                    with m.If(touches_g & (cmd.gbuf_idx == e)):
+                        m.d.sync += s.rank_g.eq(acc_g[e])
+                for e in range(O):
+                    with m.If(touches_o & (cmd.out_idx == e)):
+                        m.d.sync += s.rank_o.eq(acc_o[e])
+        for e in range(G):
+            with m.If(accept & touches_g & (cmd.gbuf_idx == e)):
+                m.d.sync += acc_g[e].eq(acc_g[e] + 1)
+        for e in range(O):
+            with m.If(accept & touches_o & (cmd.out_idx == e)):
+                m.d.sync += acc_o[e].eq(acc_o[e] + 1)
+
+        # ---- at every issue: once, in order per entry, after completion ----
+        tr = dut.trace
+        issue = tr.valid & (tr.payload.opcode != Opcode.PRE) & (tr.payload.opcode != Opcode.ACT)
+        for k, s in enumerate(slots):
+            with m.If(issue & (tr.payload.cmd_id[:slot_bits] == k)):
+                m.d.comb += [Assert(s.pending, "issue of a command not pending"),
+                             Assert(s.op == tr.payload.opcode, "issued with another opcode")]
+                m.d.sync += s.pending.eq(0)
+                s_mac = s.op == Opcode.MAC
+                with m.If((s.op == Opcode.WR_INP) | s_mac):
+                    for e in range(G):
+                        with m.If(s.g == e):
+                            m.d.comb += [Assert(iss_g[e] == s.rank_g, "GBuf order"),
+                                         Assert(since_g[e] >= lat_g[e] + self.stricter,
+                                                "GBuf dependency")]
+                            m.d.sync += [iss_g[e].eq(iss_g[e] + 1), since_g[e].eq(1),
+                                         lat_g[e].eq(Mux(s_mac, 1, tm.t_wr_inp))]
+                with m.If((s.op == Opcode.RD_OUT) | s_mac):
+                    for e in range(O):
+                        with m.If(s.o == e):
+                            need = Mux(mac_o[e] & s_mac, tm.t_ccd, lat_o[e])
+                            m.d.comb += [Assert(iss_o[e] == s.rank_o, "OBuf order"),
+                                         Assert(since_o[e] >= need, "OBuf dependency")]
+                            m.d.sync += [iss_o[e].eq(iss_o[e] + 1), since_o[e].eq(1),
+                                         lat_o[e].eq(Mux(s_mac, tm.t_mac, tm.t_rd_out)),
+                                         mac_o[e].eq(s_mac)]
+
+        # ---- bounded liveness ------------------------------------------
+        if self.live:
+            for s in slots:
+                m.d.comb += Assert(~s.pending | (s.age < LIVE_BOUND), "command starved")
+            probes = getattr(dut, "probes", None)
+            if probes:
+                for q in ("compute", "io"):
+                    age = Signal(8, name=f"{q}_head_age")
+                    with m.If((probes[f"{q}_count"] == 0) | probes[f"pop_{q}"]):
+                        m.d.sync += age.eq(0)
+                    with m.Elif(age != 255):
+                        m.d.sync += age.eq(age + 1)
+                    m.d.comb += Assert(age < HEAD_BOUND, f"{q} queue head starved")
+        return m
