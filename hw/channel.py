@@ -210,7 +210,17 @@ class Channel(wiring.Component):
             with m.If(do_col & (touched != 0)):
                 m.d.sync += ccd.eq(tm.t_ccd - 1)
 
-        r.update = update
+        def choose(do_pre, do_act, do_col, col_cond):
+            """Drive the next action the command needs: PRE, ACT, or the
+            column access once ``col_cond`` also holds."""
+            with m.If(pre_mask != 0):
+                m.d.comb += do_pre.eq(r.pre_ok)
+            with m.Elif(act_mask != 0):
+                m.d.comb += do_act.eq(r.act_ok)
+            with m.Else():
+                m.d.comb += do_col.eq(r.col_ok & col_cond)
+
+        r.update, r.choose = update, choose
         return r
 
     def elaborate(self, platform):
@@ -311,12 +321,7 @@ class Channel(wiring.Component):
             with m.If(err != 0):
                 m.d.comb += do_drop.eq(~op.write | wdata_fifo.r_rdy)
             with m.Elif(gap_ok):
-                with m.If(banks.pre_mask != 0):
-                    m.d.comb += do_pre.eq(banks.pre_ok)
-                with m.Elif(banks.act_mask != 0):
-                    m.d.comb += do_act.eq(banks.act_ok)
-                with m.Else():
-                    m.d.comb += do_col.eq(banks.col_ok & data_ok)
+                banks.choose(do_pre, do_act, do_col, data_ok)
         banks.update(do_pre, do_act, do_col)
 
         gap_after = Const(0, gaps[0].shape())
@@ -412,12 +417,7 @@ class Channel(wiring.Component):
 
         c_pre, c_act, c_col = Signal(), Signal(), Signal()
         with m.If(c_valid):
-            with m.If(banks.pre_mask != 0):
-                m.d.comb += c_pre.eq(banks.pre_ok)
-            with m.Elif(banks.act_mask != 0):
-                m.d.comb += c_act.eq(banks.act_ok)
-            with m.Else():
-                m.d.comb += c_col.eq(banks.col_ok & c_deps)
+            banks.choose(c_pre, c_act, c_col, c_deps)
         c_issue = c_pre | c_act | c_col
 
         io_pre, io_act, io_col, io_discard = Signal(), Signal(), Signal(), Signal()
@@ -427,12 +427,8 @@ class Channel(wiring.Component):
                 m.d.comb += io_discard.eq(self._wbeat)
             with m.Elif(~io_op.normal):  # WR-INP, RD-OUT: no bank
                 m.d.comb += io_col.eq(io_deps & io_data_ok)
-            with m.Elif(banks.pre_mask != 0):  # RD/WR: the banks serve it
-                m.d.comb += io_pre.eq(banks.pre_ok)
-            with m.Elif(banks.act_mask != 0):
-                m.d.comb += io_act.eq(banks.act_ok)
-            with m.Else():
-                m.d.comb += io_col.eq(banks.col_ok & io_data_ok)
+            with m.Else():  # RD/WR: the banks serve it
+                banks.choose(io_pre, io_act, io_col, io_data_ok)
 
         do_pre, do_act, do_col = (Signal(name=n) for n in ("do_pre", "do_act", "do_col"))
         m.d.comb += [do_pre.eq(c_pre | io_pre), do_act.eq(c_act | io_act),
