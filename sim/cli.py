@@ -14,7 +14,10 @@ import time
 from pathlib import Path
 
 from golden.config import POLICIES, PROFILES, ConfigError, load_profile, load_profile_data
+from sim.generate import CONFIGS
 from sim.tools import SIMULATORS, ToolError
+
+CONFIG_NAMES = sorted(CONFIGS)
 
 
 def _overrides(pairs: list[str]) -> dict[str, int | str]:
@@ -195,12 +198,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_sim)
 
     s = sub.add_parser("verilog", help="write the generated Verilog")
-    s.add_argument("--config", action="append", choices=["small", "full16"])
+    s.add_argument("--config", action="append", choices=CONFIG_NAMES)
     s.add_argument("--out", default="build/verilog-out")
     s.set_defaults(func=cmd_verilog)
 
     s = sub.add_parser("lint", help="Verilator --lint-only -Wall (targeted waivers) and ruff")
-    s.add_argument("--config", action="append", choices=["small", "full16"])
+    s.add_argument("--config", action="append", choices=CONFIG_NAMES)
     s.add_argument("--no-ruff", action="store_true")
     s.set_defaults(func=cmd_lint)
 
