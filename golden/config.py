@@ -159,3 +159,82 @@ def load_profile(name_or_path: str = DEFAULT_PROFILE, **overrides) -> ChannelCon
 def small_config() -> ChannelConfig:
     return load_profile(DEFAULT_PROFILE, banks=4, rows=64, cols=32, gbuf_entries=32,
                         obuf_entries=4, cmd_depth=4, wdata_depth=4, rdata_depth=4)
+
+
+@dataclass(frozen=True)
+class HubConfig:
+    """The HUB and its DPA dispatcher (DESIGN.md §2.3, docs/dpa.md) over
+    ``n_channels`` identical channels. One object parameterises the golden
+    model (``golden.dpa``) and the RTL (``hw.hub``).
+
+    A chunk is ``n_channels x banks x chunk_rows`` DRAM rows: the same
+    ``chunk_rows`` consecutive rows in every bank of every channel;
+    ``chunk_bytes`` (1 MB by default) sets ``chunk_rows``."""
+
+    channel: ChannelConfig = field(default_factory=ChannelConfig)
+    n_channels: int = 2
+    chunk_bytes: int = 1 << 20
+    instr_depth: int = 32  # instruction buffer entries (INSTR_BITS each)
+    requests: int = 4  # configuration buffer entries
+    chunks_per_request: int = 4  # VA2PA entries per request
+    gpr_entries: int = 256  # 32 B GPR words
+    max_modis: int = 8  # DYN-MODIs per loop
+
+    def __post_init__(self):
+        if not isinstance(self.channel, ChannelConfig):
+            raise ConfigError(f"channel must be a ChannelConfig, not {self.channel!r}")
+        limits = {
+            "n_channels": (1, FIELDS["ch_mask"].width),
+            "instr_depth": (1, 1 << 12),
+            "requests": (1, min(1 << FIELDS["req_id"].width, 128)),
+            "chunks_per_request": (1, (1 << FIELDS["n_chunks"].width) - 1),
+            "gpr_entries": (1, 1 << FIELDS["gpr_addr"].width),
+            "max_modis": (1, 16),
+            "chunk_bytes": (1, 1 << 40),
+        }
+        for key, (lo, hi) in limits.items():
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+                raise ConfigError(f"{key} must be an integer in [{lo}, {hi}], not {value!r}")
+        cols = self.channel.cols
+        if cols & (cols - 1):
+            raise ConfigError(f"channel.cols must be a power of two for DPA addressing, not {cols}")
+        rows, rem = divmod(self.chunk_bytes, self.row_bytes)
+        if rem or rows < 1 or rows & (rows - 1) or rows > self.channel.rows:
+            raise ConfigError(
+                f"chunk_bytes={self.chunk_bytes} must be a power-of-two multiple of one module "
+                f"row ({self.row_bytes} B = {self.n_channels} channels x {self.channel.banks} "
+                f"banks x {cols} x 32 B) and at most {self.channel.rows} rows")
+        if self.gpr_entries & (self.gpr_entries - 1):
+            raise ConfigError(f"gpr_entries must be a power of two, not {self.gpr_entries}")
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes in one DRAM row index across every bank of every channel."""
+        return self.n_channels * self.channel.banks * self.channel.cols * (LANES * 2)
+
+    @property
+    def chunk_rows(self) -> int:
+        return self.chunk_bytes // self.row_bytes
+
+    @property
+    def physical_chunks(self) -> int:
+        return self.channel.rows // self.chunk_rows
+
+    def replace(self, **changes) -> HubConfig:
+        return dataclasses.replace(self, **changes)
+
+    def describe(self) -> str:
+        return (f"HUB: {self.n_channels} channels x [{self.channel.describe()}], "
+                f"chunk {self.chunk_bytes} B = {self.chunk_rows} rows, "
+                f"{self.physical_chunks} chunks, {self.requests} requests x "
+                f"{self.chunks_per_request} VA2PA entries, {self.instr_depth} instructions, "
+                f"GPR {self.gpr_entries} x 32 B")
+
+
+#: The HUB configuration the RTL tests use: two small channels, 2-row chunks.
+def small_hub_config(policy: str = "static") -> HubConfig:
+    ch = small_config().replace(policy=policy)
+    return HubConfig(channel=ch, n_channels=2, chunk_bytes=2 * 2 * ch.banks * ch.cols * 32,
+                     instr_depth=32, requests=4, chunks_per_request=4, gpr_entries=256,
+                     max_modis=8)

@@ -54,6 +54,18 @@ FIELDS: dict[str, Field] = {
         Field("err_code", 4, "sticky first error (ErrorCode)"),
         Field("err_id", 16, "command ID of the first error"),
         Field("err_count", 16, "dropped commands since reset or clear (saturates)"),
+        # HUB host protocol (DPA, docs/dpa.md)
+        Field("host_op", 4, "host operation, see HostOp"),
+        Field("req_id", 8, "request (configuration buffer entry)"),
+        Field("arg_a", 32, "first host argument (see HOST_OPS)"),
+        Field("arg_b", 32, "second host argument (see HOST_OPS)"),
+        Field("data", 256, "host data: a GPR word, an instruction or a channel command"),
+        Field("rsp_code", 4, "host response status, see HostStatus"),
+        Field("fault", 4, "request fault code, see Fault"),
+        Field("req_state", 2, "request state, see ReqState"),
+        Field("t_cur", 32, "request token length (DYN-LOOP bound)"),
+        Field("n_chunks", 8, "mapped virtual chunks of a request"),
+        Field("gpr_base", 14, "request's GPR base: added to every gpr_addr of its commands"),
     ]
 }
 
@@ -150,12 +162,72 @@ class ErrorCode(enum.IntEnum):
 
 
 
+class HostOp(enum.IntEnum):
+    """Operations on the HUB's host interface (docs/dpa.md). 0 is invalid."""
+
+    PROG_WRITE = 1  # arg_a: instruction index; data[:INSTR_BITS]: the instruction
+    PROG_COMMIT = 2  # arg_a: program length; arg_b: tokens per chunk; validates
+    GPR_WRITE = 3  # arg_a: GPR entry; data: the 32 B word
+    GPR_READ = 4  # arg_a: GPR entry; response data: the word
+    ASSIGN = 5  # req_id; arg_a: initial T_cur; arg_b: GPR base. Request must be FREE
+    GROW = 6  # req_id; arg_a: physical chunk, mapped to the next virtual chunk
+    RELEASE = 7  # req_id: back to FREE, its VA2PA entries dropped
+    STATUS = 8  # req_id; response data: REQ_STATUS_FIELDS
+    CLEAR = 9  # req_id: clear the fault, the request runs again from the next step
+    STEP = 10  # one decode step of every ACTIVE request; response data: STEP masks
+    RAW = 11  # arg_a: ch_mask; arg_b: GPR entry; data: a physical channel command
+
+
+class HostStatus(enum.IntEnum):
+    OK = 0
+    BAD_OP = 1  # not a HostOp
+    BAD_ARG = 2  # an index out of range, or a request in the wrong state
+    FAULT = 3  # the operation faulted a request (data: the Fault code)
+
+
+class Fault(enum.IntEnum):
+    """Per-request fault codes of the DPA dispatcher (DESIGN.md §2.3, §6).
+    A faulted request issues nothing more until the host clears it."""
+
+    NONE = 0
+    BAD_OPCODE = 1  # program: an undefined, controller-internal or unimplemented opcode
+    BAD_LOOP = 2  # program: loop without end, nested loop, empty body, t_div 0, stray DYN-MODI
+    BAD_FIELD = 3  # program: unknown DYN-MODI field, target not a body instruction or
+    #                without that field, ch_mask 0 or past the channels, op_size 0, bank
+    T_RANGE = 4  # T_cur beyond the request's mapped chunks (checked before the request runs)
+    UNMAPPED = 5  # a virtual row in an unmapped virtual chunk (or negative)
+    TABLE_FULL = 6  # GROW with every VA2PA entry of the request in use
+    CMD_RANGE = 7  # a translated command or GPR address out of range
+
+
+class ReqState(enum.IntEnum):
+    FREE = 0
+    ACTIVE = 1
+    FAULTED = 2
+
+
 #: Channel command word, LSB first.
 COMMAND_FIELDS = ("opcode", "bank", "row", "col", "gbuf_idx", "out_idx")
 #: Issue-trace entry, LSB first.
 TRACE_FIELDS = ("cmd_id", "opcode", "cycle")
 #: Channel status word, LSB first.
 STATUS_FIELDS = ("err_code", "err_id", "err_count")
+#: HUB host interface: one operation, and its response.
+HOST_FIELDS = ("host_op", "req_id", "arg_a", "arg_b", "data")
+RESPONSE_FIELDS = ("rsp_code", "data")
+#: STATUS response data, LSB first.
+REQ_STATUS_FIELDS = ("req_state", "fault", "t_cur", "n_chunks")
+#: HUB-level opcodes (DPA programs); the rest of a program is channel opcodes.
+HUB_OPCODES = (Opcode.DYN_LOOP, Opcode.DYN_MODI)
+#: Fields a DYN-MODI may advance, per target opcode. ROW and COL both move
+#: the virtual word address ``row * cols + col`` (ROW by ``stride * cols``).
+MODI_FIELDS = {
+    ModiField.ROW: (Opcode.MAC, Opcode.RD, Opcode.WR),
+    ModiField.COL: (Opcode.MAC, Opcode.RD, Opcode.WR),
+    ModiField.GBUF_IDX: (Opcode.WR_INP, Opcode.MAC),
+    ModiField.OUT_IDX: (Opcode.MAC, Opcode.RD_OUT),
+    ModiField.GPR_ADDR: (Opcode.WR_INP, Opcode.RD_OUT, Opcode.RD, Opcode.WR),
+}
 #: Opcodes the foundation channel executes.
 CHANNEL_OPCODES = (Opcode.WR_INP, Opcode.MAC, Opcode.RD_OUT, Opcode.RD, Opcode.WR)
 
@@ -248,6 +320,13 @@ def _check_table() -> None:
     assert set(ISA) == set(Opcode)
     assert max(ErrorCode) < (1 << FIELDS["err_code"].width)
     assert FIELDS["err_id"].width == FIELDS["cmd_id"].width
+    assert max(HostOp) < (1 << FIELDS["host_op"].width)
+    assert max(HostStatus) < (1 << FIELDS["rsp_code"].width)
+    assert max(Fault) < (1 << FIELDS["fault"].width)
+    assert max(ReqState) < (1 << FIELDS["req_state"].width)
+    assert FIELDS["data"].width == WORD_BITS >= max(INSTR_BITS, word_width(COMMAND_FIELDS))
+    assert FIELDS["gpr_base"].width == FIELDS["gpr_addr"].width
+    assert max(ModiField) < (1 << FIELDS["field_sel"].width) and set(MODI_FIELDS) == set(ModiField)
 
 
 _check_table()
