@@ -54,3 +54,112 @@ def dcs_utilization(profile: str = "gddr6-aim", tokens: int = 512, obuf_entries:
             "mac_utilization": "MACs x tCCD / cycles; of_bound: utilization / utilization_bound",
             "dcs_slower_than_a_baseline": slower, "rows": rows,
             "wall_s": round(time.perf_counter() - started, 2)}
+
+
+CONTEXTS = tuple(1 << k for k in range(10, 21))  # 1K .. 1M tokens
+
+
+def reference_hub(**overrides):
+    """The PIMphony module as a HubConfig: 16 GDDR6-AiM channels, 1 MB chunks."""
+    from golden.config import HubConfig
+    from golden.reference import CHUNK_BYTES, MODULE_CHANNELS
+
+    fields = {"n_channels": MODULE_CHANNELS, "chunk_bytes": CHUNK_BYTES, "instr_depth": 64,
+              "requests": 64, "chunks_per_request": 255, "gpr_entries": 1 << 14}
+    fields.update(overrides)
+    return HubConfig(channel=load_profile(), **fields)
+
+
+def dpa_program_size(d_head: int = 128, contexts=CONTEXTS) -> dict:
+    """DPA program bytes (constant) against the fully unrolled static
+    instruction stream and command count of one QK^T head, per context."""
+    from golden.dpa import INSTR_BYTES, QktLayout, program_bytes, unrolled_instructions
+    from golden.isa import FIELDS, REQ_STATUS_FIELDS, word_width
+
+    hub = reference_hub()
+    layout = QktLayout(hub, d_head, unroll=min(hub.channel.obuf_entries, 4))
+    prog = layout.program()
+    rows = []
+    for t in contexts:
+        n = unrolled_instructions(prog, t)
+        iters = -(-t // (layout.unroll * layout.tokens_per_slot))
+        commands = layout.words + iters * layout.unroll * (layout.words + 1)
+        rows.append({"tokens": t, "dpa_program_bytes": program_bytes(prog),
+                     "static_instructions": n, "static_bytes": n * INSTR_BYTES,
+                     "static_over_dpa": round(n * INSTR_BYTES / program_bytes(prog), 1),
+                     "channel_commands_per_channel": commands})
+    chunk_bits = (hub.physical_chunks - 1).bit_length()
+    config_bits = word_width(REQ_STATUS_FIELDS) + FIELDS["gpr_base"].width
+    storage = {
+        "instruction_buffer_bytes": hub.instr_depth * INSTR_BYTES,
+        "config_buffer_bytes": -(-hub.requests * config_bits // 8),
+        "va2pa_bytes": -(-hub.requests * hub.chunks_per_request * chunk_bits // 8),
+    }
+    storage["total_bytes"] = sum(storage.values())
+    return {"study": "dpa-program-size", "config": hub.describe(), "kernel": f"QK^T d_head "
+            f"{d_head}, token-centric over {hub.n_channels} channels x {hub.channel.banks} "
+            f"banks, unroll {layout.unroll}", "program_words": len(prog),
+            "dispatcher_storage": {**storage, "reference_limit_bytes": 200 * 1024},
+            "rows": rows}
+
+
+def dpa_capacity(requests: int = 4096, seed: int = 0) -> dict:
+    """KV capacity use under static allocation (every request reserves its
+    model's context window) and DPA (1 MB chunks taken as the request grows),
+    with context lengths drawn per dataset (golden.reference.Dataset.sample).
+
+    Requests are admitted in draw order until the next one does not fit the
+    KV capacity (system capacity minus the weights). A request's KV is
+    ``2 x layers x kv_heads`` token streams (K and V per layer and KV head),
+    each in whole chunks of ``1 MB / (d_head x 2 B)`` tokens."""
+    import numpy as np
+
+    from golden.reference import CHUNK_BYTES, DATASETS, GB, MODELS, SYSTEMS
+
+    rows = []
+    for model in MODELS.values():
+        streams = 2 * model.layers * model.kv_heads
+        tpc = CHUNK_BYTES // (model.d_head * 2)
+        kv_cap = model.capacity_gb * GB - model.weight_bytes
+        for task in model.datasets:
+            lengths = DATASETS[task].sample(requests, seed)
+            for system in SYSTEMS.values():
+                modules = model.capacity_gb // system.module_gb
+                if streams % modules:
+                    raise ValueError(f"{model.name}: {streams} KV streams over {modules} modules")
+                schemes = {}
+                for scheme in ("static", "dpa"):
+                    if scheme == "static":
+                        per = np.full(requests, streams * -(-model.window // tpc) * CHUNK_BYTES)
+                    else:
+                        per = streams * -(-lengths // tpc) * CHUNK_BYTES
+                    fits = np.cumsum(per) <= kv_cap
+                    batch = int(np.argmin(fits)) if not fits.all() else requests
+                    live = int(lengths[:batch].sum()) * model.kv_bytes_per_token
+                    allocated = int(per[:batch].sum())
+                    schemes[scheme] = {
+                        "batch": batch, "allocated_gb": round(allocated / GB, 2),
+                        "live_kv_gb": round(live / GB, 2),
+                        "utilization_of_allocated": round(live / allocated, 4) if batch else 0,
+                        "utilization_of_kv_capacity": round(live / kv_cap, 4)}
+                rows.append({
+                    "model": model.name, "dataset": task, "system": system.name,
+                    "modules": modules, "capacity_gb": model.capacity_gb,
+                    "weights_gb": round(model.weight_bytes / GB, 2),
+                    "kv_capacity_gb": round(kv_cap / GB, 2),
+                    "kv_bytes_per_token": model.kv_bytes_per_token,
+                    "context_window": model.window, "tokens_per_chunk": tpc,
+                    "drawn_lengths": {"mean": round(float(lengths.mean()), 1),
+                                      "std": round(float(lengths.std()), 1),
+                                      "min": int(lengths.min()), "max": int(lengths.max())},
+                    **schemes,
+                    "batch_gain": round(schemes["dpa"]["batch"] / max(schemes["static"]["batch"],
+                                                                      1), 2)})
+    return {"study": "dpa-capacity", "seed": seed, "requests_drawn": requests,
+            "chunk_bytes": CHUNK_BYTES,
+            "lengths": "scaled Beta on [min, max] matching the dataset's mean and std "
+                       "(golden/reference.py)",
+            "note": "both systems hold the same total capacity per model and split every "
+                    "request's KV streams evenly over their modules, so their batches agree; "
+                    "they differ in module count",
+            "rows": rows}

@@ -168,7 +168,24 @@ def cmd_dcs_utilization(args) -> int:
     return 0
 
 
-STUDIES = {"gemv": cmd_gemv, "dcs-utilization": cmd_dcs_utilization}
+def cmd_dpa_program_size(args) -> int:
+    from golden.studies import dpa_program_size
+
+    _emit(dpa_program_size(d_head=args.d_head), args.json)
+    return 0
+
+
+def cmd_dpa_capacity(args) -> int:
+    from golden.studies import dpa_capacity
+
+    if args.requests < 1:
+        raise ConfigError(f"--requests must be >= 1, not {args.requests}")
+    _emit(dpa_capacity(requests=args.requests, seed=args.seed), args.json)
+    return 0
+
+
+STUDIES = {"gemv": cmd_gemv, "dcs-utilization": cmd_dcs_utilization,
+           "dpa-program-size": cmd_dpa_program_size, "dpa-capacity": cmd_dpa_capacity}
 
 
 def cmd_run(args) -> int:
@@ -230,6 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--groups", default="1,2,4,8", help="dcs-utilization: GQA group sizes")
     s.add_argument("--fc-dims", default="128,512,4096",
                    help="dcs-utilization: FC d_in and d_out values")
+    s.add_argument("--d-head", type=int, default=128, help="dpa-program-size: d_head")
+    s.add_argument("--requests", type=int, default=4096,
+                   help="dpa-capacity: context lengths drawn per dataset (with --seed)")
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("profiles", help="list device profiles and their sources")

@@ -45,6 +45,14 @@ def test_cli_gemv_json(capsys):
     assert 0 < data["mac_utilization"] <= 1 and data["max_abs_err_vs_float32"] < 0.05
 
 
+def test_cli_dpa_studies_json(capsys):
+    assert main(["run", "dpa-program-size", "--json", "-"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["tokens"] for r in rows][::10] == [1024, 1 << 20]
+    assert main(["run", "dpa-capacity", "--requests", "64", "--json", "-"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["rows"]) == 16
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["gemv", "--set", "banks=99"], "banks must be an integer"),
     (["gemv", "--set", "nonsense=1"], "unknown configuration key 'nonsense'"),
@@ -52,6 +60,8 @@ def test_cli_gemv_json(capsys):
     (["gemv", "--profile", "nope"], "neither a known profile"),
     (["gemv", "--n-in", "100"], "multiple of 16"),
     (["run", "no-such-study"], "unknown study"),
+    (["run", "dpa-program-size", "--d-head", "100"], "d_head=100"),
+    (["run", "dpa-capacity", "--requests", "0"], "--requests must be >= 1"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
     assert main(argv) == 2

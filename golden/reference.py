@@ -1,0 +1,109 @@
+"""Workload inputs from ../shared/REFERENCE.md (PIMphony), as data.
+
+Inputs, not results: model shapes (Table I), context-length statistics
+(Table II) and the two systems (Table IV). Studies draw from these; nothing
+else restates them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+GB = 1 << 30
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    layers: int
+    heads: int
+    d_head: int
+    d_model: int
+    d_ff: int  # REFERENCE.md gives "~11K" etc.; the value of the model it is like
+    group: int  # GQA group size (1: no GQA)
+    window: int  # context window (tokens)
+    like: str
+    datasets: tuple[str, ...]
+    capacity_gb: int  # total system capacity it is studied at
+
+    @property
+    def kv_heads(self) -> int:
+        return self.heads // self.group
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """K and V, BF16, every layer and KV head."""
+        return 2 * self.layers * self.kv_heads * self.d_head * 2
+
+    @property
+    def weight_bytes(self) -> int:
+        """BF16 decoder-layer weights (Q, K, V, O and a gated FFN); embeddings
+        and norms are not counted."""
+        d, kv = self.d_model, self.kv_heads * self.d_head
+        return 2 * self.layers * (2 * d * d + 2 * d * kv + 3 * d * self.d_ff)
+
+
+LONGBENCH = ("QMSum", "Musique")
+LV_EVAL = ("multifieldqa", "Loogle-SD")
+
+MODELS = {m.name: m for m in [
+    Model("LLM-7B-32K", 32, 32, 128, 4096, 11008, 1, 32 * 1024, "Qwen1.5-7B", LONGBENCH, 128),
+    Model("LLM-7B-128K", 32, 32, 128, 4096, 14336, 4, 128 * 1024, "Llama3.1-8B", LV_EVAL, 128),
+    Model("LLM-72B-32K", 80, 64, 128, 8192, 24576, 1, 32 * 1024, "Qwen1.5-72B", LONGBENCH, 512),
+    Model("LLM-72B-128K", 80, 64, 128, 8192, 28672, 8, 128 * 1024, "Llama3.1-70B", LV_EVAL,
+          512),
+]}
+
+
+@dataclass(frozen=True)
+class Dataset:
+    benchmark: str
+    task: str
+    mean: float
+    std: float
+    max: int
+    min: int
+
+    def beta(self) -> tuple[float, float]:
+        """Shape parameters of the Beta distribution on [min, max] with this
+        mean and standard deviation (method of moments)."""
+        span = self.max - self.min
+        m, v = (self.mean - self.min) / span, (self.std / span) ** 2
+        common = m * (1 - m) / v - 1
+        if common <= 0:
+            raise ValueError(f"{self.task}: std too large for a Beta on [min, max]")
+        return m * common, (1 - m) * common
+
+    def sample(self, n: int, seed: int = 0) -> np.ndarray:
+        """``n`` context lengths from the scaled Beta: matches mean and std in
+        expectation and stays within [min, max]."""
+        a, b = self.beta()
+        rng = np.random.default_rng(seed)
+        return np.rint(self.min + (self.max - self.min) * rng.beta(a, b, n)).astype(np.int64)
+
+
+DATASETS = {d.task: d for d in [
+    Dataset("LongBench", "QMSum", 13966, 6182, 30456, 2651),
+    Dataset("LongBench", "Musique", 16362, 1651, 17917, 6820),
+    Dataset("LV-Eval", "multifieldqa", 60780, 31025, 119480, 20333),
+    Dataset("LV-Eval", "Loogle-SD", 50693, 26506, 109221, 13347),
+]}
+
+
+@dataclass(frozen=True)
+class System:
+    name: str
+    module_gb: int
+    channels_per_module: int
+    note: str
+
+
+SYSTEMS = {s.name: s for s in [
+    System("xPU+PIM", 32, 32, "NeuPIMs-like: 8 matrix units (256 TFLOPS), 32 TB/s internal"),
+    System("PIM-only", 16, 32, "CENT-like: near-memory compute 3 TFLOPS, 16 TB/s internal"),
+]}
+
+#: PIMphony module: 16 channels x 16 banks (REFERENCE.md), KV chunk 1 MB.
+MODULE_CHANNELS = 16
+CHUNK_BYTES = 1 << 20
