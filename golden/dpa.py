@@ -323,6 +323,7 @@ class Hub:
         #: (None for commands without one): the whole stream since reset
         self.streams: list[list[tuple[Command, int | None]]] = [[] for _ in self.channels]
         self.dirty = [False] * hub.channel.obuf_entries
+        self.last_step: StepResult | None = None
 
     # ---- host protocol ---------------------------------------------------
     def host(self, op: int, req_id: int = 0, arg_a: int = 0, arg_b: int = 0,
@@ -334,7 +335,7 @@ class Hub:
         except ValueError:
             return Response(HostStatus.BAD_OP)
         if op == HostOp.STEP:
-            r = self.step(cycle, accept)
+            r = self.last_step = self.step(cycle, accept)
             return Response(HostStatus.OK, _mask(r.ran) | _mask(r.faulted) << STEP_MASK_BITS)
         handler = getattr(self, f"_op_{op.name.lower()}")
         return handler(req_id, arg_a, arg_b, data)

@@ -81,6 +81,25 @@ class _Op:
         self.touches_obuf = i[Opcode.MAC] | i[Opcode.RD_OUT]
 
 
+def command_error(m, cfg, cmd, op, name):
+    """Error code of ``cmd`` (0: good) on a channel of ``cfg``, in the
+    priority of ``golden.channel.ChannelModel.check``."""
+    err = Signal(FIELDS["err_code"].width, name=name)
+    with m.If(~(op.write | op.read | op.mac)):
+        m.d.comb += err.eq(ErrorCode.BAD_OPCODE)
+    with m.Elif(op.normal & (cmd.bank >= cfg.banks)):
+        m.d.comb += err.eq(ErrorCode.BANK_RANGE)
+    with m.Elif(op.uses_bank & (cmd.row >= cfg.rows)):
+        m.d.comb += err.eq(ErrorCode.ROW_RANGE)
+    with m.Elif(op.uses_bank & (cmd.col >= cfg.cols)):
+        m.d.comb += err.eq(ErrorCode.COL_RANGE)
+    with m.Elif(op.touches_gbuf & (cmd.gbuf_idx >= cfg.gbuf_entries)):
+        m.d.comb += err.eq(ErrorCode.GBUF_RANGE)
+    with m.Elif(op.touches_obuf & (cmd.out_idx >= cfg.obuf_entries)):
+        m.d.comb += err.eq(ErrorCode.OBUF_RANGE)
+    return err
+
+
 def _counter(limit, name):
     return Signal(range(max(limit, 2)), name=name)
 
@@ -133,22 +152,7 @@ class Channel(wiring.Component):
 
     # ---- pieces shared by every policy ----------------------------------
     def _check(self, m, cmd, op, name):
-        """Error code of ``cmd`` (0: good), the priority of ChannelModel.check."""
-        cfg = self.config
-        err = Signal(FIELDS["err_code"].width, name=name)
-        with m.If(~(op.write | op.read | op.mac)):
-            m.d.comb += err.eq(ErrorCode.BAD_OPCODE)
-        with m.Elif(op.normal & (cmd.bank >= cfg.banks)):
-            m.d.comb += err.eq(ErrorCode.BANK_RANGE)
-        with m.Elif(op.uses_bank & (cmd.row >= cfg.rows)):
-            m.d.comb += err.eq(ErrorCode.ROW_RANGE)
-        with m.Elif(op.uses_bank & (cmd.col >= cfg.cols)):
-            m.d.comb += err.eq(ErrorCode.COL_RANGE)
-        with m.Elif(op.touches_gbuf & (cmd.gbuf_idx >= cfg.gbuf_entries)):
-            m.d.comb += err.eq(ErrorCode.GBUF_RANGE)
-        with m.Elif(op.touches_obuf & (cmd.out_idx >= cfg.obuf_entries)):
-            m.d.comb += err.eq(ErrorCode.OBUF_RANGE)
-        return err
+        return command_error(m, self.config, cmd, op, name)
 
     def _bank_rules(self, m, cmd, op, enable):
         """Open rows and bank timing for the command that may use the banks:

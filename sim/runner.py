@@ -20,9 +20,10 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
-from golden.config import ChannelConfig, small_config
+from golden.config import ChannelConfig, HubConfig, small_config
 from sim.generate import (
     BUILD,
+    HUB_TOPLEVEL,
     TB_TOPLEVEL,
     config_key,
     generate,
@@ -32,6 +33,7 @@ from sim.generate import (
 from sim.tools import VERILATOR_WAIVERS, require_simulator
 
 TB_MODULE = "tb.test_channel"
+HUB_TB_MODULE = "tb.test_hub"
 
 
 @dataclass
@@ -60,19 +62,30 @@ def _waves_env(waves: bool):
             os.environ["WAVES"] = saved
 
 
-def build_dir(sim: str, config: ChannelConfig, waves: bool) -> Path:
-    return BUILD / "sim" / f"{sim}-{config_key(config)}{'-waves' if waves else ''}"
+def build_dir(sim: str, config: ChannelConfig | HubConfig, waves: bool) -> Path:
+    hub = "hub-" if isinstance(config, HubConfig) else ""
+    return BUILD / "sim" / f"{sim}-{hub}{config_key(config)}{'-waves' if waves else ''}"
 
 
-def build(sim: str, config: ChannelConfig | None = None, waves: bool = False):
-    """Generate Verilog and build the simulator model (skipped when current)."""
+def _toplevel(config) -> tuple[str, str]:
+    """(HDL toplevel, cocotb test module) of a channel or HUB configuration."""
+    if isinstance(config, HubConfig):
+        return HUB_TOPLEVEL, HUB_TB_MODULE
+    return TB_TOPLEVEL, TB_MODULE
+
+
+def build(sim: str, config: ChannelConfig | HubConfig | None = None, waves: bool = False):
+    """Generate Verilog and build the simulator model (skipped when current).
+    A ChannelConfig builds the channel with the stimulus player (``pim_tb``);
+    a HubConfig the PIM module (``pim_module``)."""
     from cocotb_tools.runner import get_runner
 
     config = config or small_config()
     require_simulator(sim)
-    channel = generate(config)
-    sources = [icarus_source(channel) if sim == "icarus" else channel,
-               testbench_source(channel)]
+    rtl = generate(config)
+    sources = [icarus_source(rtl) if sim == "icarus" else rtl]
+    if not isinstance(config, HubConfig):
+        sources.append(testbench_source(rtl))
     runner = get_runner(sim)
     args = []
     if sim == "verilator":
@@ -82,14 +95,15 @@ def build(sim: str, config: ChannelConfig | None = None, waves: bool = False):
     # One build at a time per folder: parallel test workers share the models.
     with open(folder.with_name(folder.name + ".lock"), "w") as lock, _waves_env(waves):
         fcntl.flock(lock, fcntl.LOCK_EX)
-        runner.build(sources=[s.resolve() for s in sources], hdl_toplevel=TB_TOPLEVEL,
+        runner.build(sources=[s.resolve() for s in sources], hdl_toplevel=_toplevel(config)[0],
                      build_dir=build_dir(sim, config, waves), build_args=args, waves=waves,
                      timescale=("1ns", "1ps"), always=False,
                      log_file=build_dir(sim, config, waves) / "build.log")
     return runner
 
 
-def run(sim: str, testcases: list[str] | None = None, config: ChannelConfig | None = None,
+def run(sim: str, testcases: list[str] | None = None,
+        config: ChannelConfig | HubConfig | None = None,
         waves: bool = False, seed: int | None = None, run_name: str | None = None,
         extra_env: dict[str, str] | None = None) -> tuple[list[TestResult], Path]:
     """Run cocotb tests; return their results and the run folder."""
@@ -100,12 +114,13 @@ def run(sim: str, testcases: list[str] | None = None, config: ChannelConfig | No
     if test_dir.exists():
         shutil.rmtree(test_dir)
     test_dir.mkdir(parents=True)
+    toplevel, module = _toplevel(config)
     env = {"PIMORCH_CONFIG": json.dumps(dataclasses.asdict(config)),
            "PIMORCH_TEST_DIR": str(test_dir), **(extra_env or {})}
     plusargs = [f"+dumpfile_path={test_dir / 'waves.fst'}"] if waves and sim == "icarus" else []
     started = time.perf_counter()
     with _waves_env(waves):
-        xml = runner.test(test_module=TB_MODULE, hdl_toplevel=TB_TOPLEVEL, testcase=testcases,
+        xml = runner.test(test_module=module, hdl_toplevel=toplevel, testcase=testcases,
                           build_dir=build_dir(sim, config, waves), test_dir=test_dir,
                           waves=waves, seed=seed, extra_env=env, plusargs=plusargs,
                           results_xml=str(test_dir / "results.xml"),
@@ -119,12 +134,12 @@ def run(sim: str, testcases: list[str] | None = None, config: ChannelConfig | No
     return results, test_dir
 
 
-def list_tests(policy: str | None = None) -> list[str]:
-    """The cocotb tests in TB_MODULE, in file order; with ``policy``, those
-    that apply to it (``ONLY`` in the module names the policy-specific ones)."""
+def list_tests(policy: str | None = None, module_name: str = TB_MODULE) -> list[str]:
+    """The cocotb tests in ``module_name``, in file order; with ``policy``,
+    those that apply to it (``ONLY`` in the module names the policy-specific ones)."""
     import importlib
 
-    module = importlib.import_module(TB_MODULE)
+    module = importlib.import_module(module_name)
     only = getattr(module, "ONLY", {})
     return [name for name, obj in vars(module).items()
             if type(obj).__module__.startswith("cocotb") and type(obj).__name__ == "TestGenerator"
