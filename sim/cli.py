@@ -49,17 +49,26 @@ def _emit(data: dict, json_path: str | None) -> None:
 # ---- commands -------------------------------------------------------------
 
 
+#: Channel policies the PIM module (HUB + channels) is tested with.
+HUB_POLICIES = ("static", "dcs")
+
+
 def cmd_sim(args) -> int:
-    from golden.config import POLICIES, small_config
+    from golden.config import POLICIES, small_config, small_hub_config
     from sim import runner
 
     waves = args.waves or runner.waves_enabled()
     policies = args.policy or list(POLICIES)
     env = {"PIMORCH_STREAM_COMMANDS": str(args.stream_commands)}
     rows, started = [], time.perf_counter()
-    for policy in policies:
-        config = small_config().replace(policy=policy)
-        tests = [t for t in (args.test or runner.list_tests()) if t in runner.list_tests(policy)]
+    parts = [(policy, small_config().replace(policy=policy), runner.list_tests(policy))
+             for policy in policies]
+    if not args.no_hub:
+        hub_tests = runner.list_tests(module_name=runner.HUB_TB_MODULE)
+        parts += [(f"hub-{policy}", small_hub_config(policy), hub_tests)
+                  for policy in policies if policy in HUB_POLICIES]
+    for policy, config, applicable in parts:
+        tests = [t for t in (args.test or applicable) if t in applicable]
         if not tests:
             continue
         print(f"pimorch sim: {policy}: {len(tests)} test(s) under {args.sim}"
@@ -208,7 +217,10 @@ def build_parser() -> argparse.ArgumentParser:
         "SEED") else None, help="random seed (printed by every run; replays it)")
     s.add_argument("--waves", action="store_true", help="write a VCD per test (also WAVES=1)")
     s.add_argument("--policy", action="append", choices=POLICIES,
-                   help="controller policy to build and test (repeatable; default: all)")
+                   help="controller policy to build and test (repeatable; default: all); "
+                        "the PIM module (HUB) tests run with the static and dcs channels")
+    s.add_argument("--no-hub", action="store_true",
+                   help="skip the PIM module (HUB + channels) tests")
     s.add_argument("--stream-commands", type=int, default=int(os.environ.get(
         "STREAM_COMMANDS") or 20000), metavar="N",
                    help="commands per long_* player test (default 20000; also STREAM_COMMANDS)")

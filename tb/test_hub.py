@@ -62,6 +62,11 @@ class HubTB:
         self.traces = [[] for _ in range(n)]
         self.cycle = 0
         self.calls = 0
+        #: per STEP: (accept cycle, per channel (first, end) command index)
+        self.steps: list[tuple[int, list[tuple[int, int]]]] = []
+        #: per STEP: cycles the multicast register sat empty between the
+        #: step's first and last command (the decoder had nothing ready)
+        self.bubbles: list[int] = []
         self.log.info("seed %d; %s", self.seed, self.hub.describe())
 
     async def start(self) -> None:
@@ -125,11 +130,14 @@ class HubTB:
         out = []
         for k, c in enumerate(calls):
             first = len(self.loads)
+            before = [len(st) for st in self.model.streams]
             code, data, accepted = await self.call(c)
             if c.op == HostOp.STEP:
                 # settle: the loads of this step are all recorded by now
                 observed = self.loads[first:]
                 accept = self._acceptances(first)
+                self.bubbles.append(sum(observed[k + 1][0] - accept[k]
+                                        for k in range(len(observed) - 1)))
                 ref = self.model.host(c.op, cycle=accepted, accept=lambda i, e, a=accept: (
                     a[i] if i < len(a) else e + 1))
                 emitted = self.model_last_step
@@ -141,6 +149,9 @@ class HubTB:
                     raise AssertionError(
                         f"call {k} ({c.op.name} {c.note}): multicast load {diff} differs: RTL "
                         f"{_fmt(observed, diff)} golden {_fmt(want, diff)}")
+                self.steps.append((accepted, list(zip(before, [len(st) for st in
+                                                                self.model.streams],
+                                                       strict=True))))
             else:
                 ref = self.model.host(c.op, c.req_id, c.arg_a, c.arg_b, c.data)
             if (code, data) != (int(ref.code), ref.data):
@@ -187,6 +198,38 @@ class HubTB:
             total += len(cmds)
         return total
 
+    def decode_stall(self) -> list[int]:
+        """Per STEP: cycles the step's last command issued later than with
+        an ideal feed (every command of the step, and its beat, available to
+        its channel from the cycle the step's first command reached it),
+        worst channel. 0 means that once a step is under way, the decoder,
+        sequencer and multicast never held a channel up."""
+        out = []
+        for _accepted, ranges in self.steps:
+            worst = 0
+            for c, (lo, hi) in enumerate(ranges):
+                if lo == hi:
+                    continue
+                stream = self.model.streams[c][:hi]
+                cmds = [cmd for cmd, _ in stream]
+                beats = [b for _, b in stream if b is not None]
+                w_lo = sum(b is not None for _, b in stream[:lo])
+                ideal = list(self.acc[c][:hi])
+                start = self.acc[c][lo]
+                ideal[lo:hi] = [start] * (hi - lo)
+                w_ideal = list(self.wacc[c][:len(beats)])
+                w_ideal[w_lo:] = [start] * (len(beats) - w_lo)
+
+                def last(arrivals, w_arrivals, cmds=cmds, beats=beats, c=c, lo=lo):
+                    r = ChannelModel(self.hub.channel).run(cmds, beats, arrivals, w_arrivals,
+                                                           self.pops[c])
+                    return max(t.cycle for t in r.trace if t.cmd_id >= lo)
+
+                worst = max(worst, last(self.acc[c][:hi], self.wacc[c][:len(beats)])
+                            - last(ideal, w_ideal))
+            out.append(worst)
+        return out
+
     def write_metrics(self) -> None:
         folder = os.environ.get("PIMORCH_TEST_DIR")
         if folder:
@@ -224,6 +267,10 @@ async def qkt_two_requests(dut):
     s = qkt_session(hub, d_head=32, t0=t0, steps=4, seed=int(cocotb.RANDOM_SEED) % 1000)
     tb, rsp = await _run(dut, s.calls)
     assert sum(c.op == HostOp.GROW and c.req_id == 0 for c in s.calls) == 2
+    tb.lag = tb.decode_stall()
+    tb.log.info("per step: multicast-register bubbles %s; last command later than with an "
+                "ideal feed by %s cycles (worst channel)", tb.bubbles, tb.lag)
+    tb.write_metrics()
     for r, t_start in t0.items():
         for step in range(4):
             t = t_start + step

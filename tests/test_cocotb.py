@@ -6,7 +6,7 @@ import os
 import pytest
 from vcdvcd import VCDVCD
 
-from golden.config import POLICIES, small_config
+from golden.config import POLICIES, small_config, small_hub_config
 from golden.isa import TRACE_FIELDS, Opcode, unpack
 from sim import runner
 from sim.tools import ToolError, require_simulator
@@ -47,6 +47,24 @@ def test_rtl_matches_golden(sim, policy, test, request):
     results, test_dir = runner.run(sim, [test], config=small_config().replace(policy=policy),
                                    seed=seed_option(request), run_name=f"pytest-{policy}-{test}",
                                    extra_env={"PIMORCH_STREAM_COMMANDS": str(n)})
+    failed = [r for r in results if not r.passed]
+    assert results and not failed, f"{failed[0].message if failed else 'no result'} " \
+                                    f"(log: {test_dir / 'sim.log'})"
+
+
+#: The HUB over static channels and over DCS channels.
+HUB_POLICIES = ("static", "dcs")
+
+
+@pytest.mark.parametrize("sim, policy, test", [
+    pytest.param(sim, policy, test, id=f"{sim}-hub-{policy}-{test}")
+    for sim in SIMS for policy in HUB_POLICIES
+    for test in runner.list_tests(module_name=runner.HUB_TB_MODULE)])
+def test_hub_rtl_matches_golden(sim, policy, test, request):
+    need(sim)
+    results, test_dir = runner.run(sim, [test], config=small_hub_config(policy),
+                                   seed=seed_option(request),
+                                   run_name=f"pytest-hub-{policy}-{test}")
     failed = [r for r in results if not r.passed]
     assert results and not failed, f"{failed[0].message if failed else 'no result'} " \
                                     f"(log: {test_dir / 'sim.log'})"
