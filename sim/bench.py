@@ -98,6 +98,46 @@ def bench_rtl_kernel(sim: str, tokens: int = 1024) -> dict:
     return out
 
 
+def bench_golden_hub() -> dict:
+    """The golden HUB replaying the QK^T session of tb/test_hub.py."""
+    from golden.config import small_hub_config
+    from golden.dpa import Hub, qkt_session
+
+    hub = small_hub_config()
+    session = qkt_session(hub, d_head=32, t0={0: 254, 1: 120}, steps=4)
+    start = time.perf_counter()
+    h = Hub(hub)
+    for c in session.calls:
+        h.host(c.op, c.req_id, c.arg_a, c.arg_b, c.data)
+    wall = time.perf_counter() - start
+    commands = sum(len(s) for s in h.streams)
+    return {"host_calls": len(session.calls), "channel_commands": commands,
+            "wall_s": round(wall, 3), "host_calls_per_s": round(len(session.calls) / wall),
+            "channel_commands_per_s": round(commands / wall)}
+
+
+def bench_rtl_hub(sim: str) -> dict:
+    """tb/test_hub.py qkt_two_requests per channel policy: the PIM module
+    (HUB + 2 channels) against the golden HUB, with its step metrics."""
+    from golden.config import small_hub_config
+
+    out = {}
+    for policy in ("static", "dcs"):
+        config = small_hub_config(policy)
+        runner.build(sim, config)
+        results, test_dir = runner.run(sim, ["qkt_two_requests"], config=config, seed=1,
+                                       run_name=f"bench-hub-{policy}")
+        m = json.loads((test_dir / "metrics.json").read_text())
+        wall = results[0].wall_s
+        out[policy] = {"passed": results[0].passed, "host_calls": m["host_calls"],
+                       "channel_commands": m["commands"], "cycles": m["cycles"],
+                       "test_wall_s": round(wall, 2),
+                       "cycles_per_s": round(m["cycles"] / wall) if wall else None,
+                       "step_multicast_bubbles": m["step_bubbles"],
+                       "step_lag_vs_ideal_feed": m["step_lag_vs_ideal_feed"]}
+    return out
+
+
 def bench(out: Path | None, sims: list[str]) -> dict:
     report = {
         "benchmark": f"GEMV {GEMV_SHAPE[0]}x{GEMV_SHAPE[1]} on one channel, static controller",
@@ -109,6 +149,8 @@ def bench(out: Path | None, sims: list[str]) -> dict:
                                              else Path("build")),
         "rtl": {sim: bench_rtl(sim) for sim in sims},
         "rtl_dcs_kernel": {sim: bench_rtl_kernel(sim) for sim in sims},
+        "golden_hub": bench_golden_hub(),
+        "rtl_hub": {sim: bench_rtl_hub(sim) for sim in sims},
     }
     for r in report["rtl"].values():
         if r.get("cycles_per_s"):

@@ -10,7 +10,7 @@ import os
 import re
 from pathlib import Path
 
-from golden.config import ChannelConfig, HubConfig, load_profile, small_config
+from golden.config import ChannelConfig, HubConfig, load_profile, small_config, small_hub_config
 
 TOPLEVEL = "pim_channel"  # the channel's Verilog module
 HUB_TOPLEVEL = "pim_module"  # the HUB and its channels (cocotb toplevel of tb/test_hub.py)
@@ -104,6 +104,8 @@ CONFIGS = {
     "small-pingpong": lambda: small_config().replace(policy="pingpong"),
     "small-dcs": lambda: small_config().replace(policy="dcs"),
     "full16": lambda: load_profile("gddr6-aim", rows=64),  # 16 banks x 16 lanes, for lint
+    "hub": small_hub_config,  # the PIM module: HUB + 2 static channels (tb/test_hub.py)
+    "hub-dcs": lambda: small_hub_config("dcs"),
 }
 
 

@@ -6,21 +6,23 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sim.generate import CONFIGS, TOPLEVEL, generate
+from golden.config import HubConfig
+from sim.generate import CONFIGS, HUB_TOPLEVEL, TOPLEVEL, generate
 from sim.tools import VERILATOR_WAIVERS, use_verilator
 
 
-def lint_verilog(path: Path) -> subprocess.CompletedProcess:
+def lint_verilog(path: Path, top: str = TOPLEVEL) -> subprocess.CompletedProcess:
     verilator = use_verilator()
     return subprocess.run([verilator, "--lint-only", "-Wall", *VERILATOR_WAIVERS,
-                           "--top-module", TOPLEVEL, str(path)], capture_output=True, text=True)
+                           "--top-module", top, str(path)], capture_output=True, text=True)
 
 
 def lint(configs: list[str] | None = None, ruff: bool = True) -> int:
     failures = 0
     for name in configs or list(CONFIGS):
-        path = generate(CONFIGS[name]())
-        result = lint_verilog(path)
+        config = CONFIGS[name]()
+        path = generate(config)
+        result = lint_verilog(path, HUB_TOPLEVEL if isinstance(config, HubConfig) else TOPLEVEL)
         ok = result.returncode == 0
         failures += not ok
         print(f"verilator lint {name:7} {'clean' if ok else 'FAILED'}  ({path})")

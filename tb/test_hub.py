@@ -123,6 +123,7 @@ class HubTB:
         raise AssertionError(f"host operation {c} got no response in {MAX_WAIT} cycles")
 
     _load = False
+    lag: list[int] | None = None  # decode_stall(), when a test measured it
 
     async def replay(self, calls: list[HostCall]) -> list[tuple[int, int]]:
         """Run ``calls`` on the RTL and the golden model; compare responses
@@ -235,7 +236,8 @@ class HubTB:
         if folder:
             with open(os.path.join(folder, "metrics.json"), "w") as f:
                 json.dump({"commands": sum(len(a) for a in self.acc), "cycles": self.cycle,
-                           "host_calls": self.calls}, f)
+                           "host_calls": self.calls, "step_bubbles": self.bubbles,
+                           "step_lag_vs_ideal_feed": self.lag}, f)
 
 
 def _fmt(items, i):
