@@ -783,6 +783,25 @@ def qkt_session(hub: HubConfig, d_head: int = 32, t0: dict[int, int] | None = No
     return QktSession(layout, calls, keys, queries, base, reads)
 
 
+def disassemble(words: list[int]) -> list[str]:
+    """One line per instruction word: index, hex word, mnemonic and fields
+    (loop bodies indented; undefined words shown as such)."""
+    lines, body_end = [], -1
+    for i, word in enumerate(words):
+        try:
+            op, f = unpack_instruction(word)
+            text = f"{op.name} " + " ".join(
+                f"{k}={ModiField(v).name if k == 'field_sel' and v in list(ModiField) else v:}"
+                if k != "ch_mask" else f"ch_mask={v:#x}" for k, v in f.items())
+        except EncodingError as e:
+            op, f, text = None, {}, f"?? ({e})"
+        indent = "    " if i < body_end else ""
+        lines.append(f"{i:3}  {word:032x}  {indent}{text}")
+        if op == Opcode.DYN_LOOP:
+            body_end = i + 1 + f["body_len"]
+    return lines
+
+
 def program_bytes(words: list[int]) -> int:
     return len(words) * INSTR_BYTES
 

@@ -193,6 +193,23 @@ def cmd_dpa_capacity(args) -> int:
     return 0
 
 
+def cmd_dpa_program(args) -> int:
+    from golden.config import small_hub_config
+    from golden.dpa import QktLayout, disassemble
+    from golden.studies import reference_hub
+
+    hub = reference_hub() if args.reference else small_hub_config()
+    layout = QktLayout(hub, args.d_head, unroll=args.unroll or min(
+        2, hub.channel.obuf_entries))
+    words = layout.program()
+    print(f"# QK^T DPA program, d_head {args.d_head}, unroll {layout.unroll}; {hub.describe()}")
+    print(f"# tokens per iteration {layout.unroll * layout.tokens_per_slot}, per chunk "
+          f"{layout.tokens_per_chunk} (PROG_COMMIT arg_b); {len(words)} words = "
+          f"{16 * len(words)} B")
+    print("\n".join(disassemble(words)))
+    return 0
+
+
 STUDIES = {"gemv": cmd_gemv, "dcs-utilization": cmd_dcs_utilization,
            "dpa-program-size": cmd_dpa_program_size, "dpa-capacity": cmd_dpa_capacity}
 
@@ -263,6 +280,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--requests", type=int, default=4096,
                    help="dpa-capacity: context lengths drawn per dataset (with --seed)")
     s.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("dpa-program", help="print the QK^T DPA program (hex and disassembly)")
+    s.add_argument("--d-head", type=int, default=32)
+    s.add_argument("--unroll", type=int, default=None, help="key slots per loop iteration")
+    s.add_argument("--reference", action="store_true",
+                   help="the 16-channel GDDR6-AiM module (default: the RTL tests' small HUB)")
+    s.set_defaults(func=cmd_dpa_program)
 
     s = sub.add_parser("profiles", help="list device profiles and their sources")
     s.set_defaults(func=cmd_profiles)

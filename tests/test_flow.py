@@ -67,3 +67,10 @@ def test_cli_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0] and err[0].startswith("pimorch: error:")
+
+
+def test_cli_dpa_program_disassembles(capsys):
+    assert main(["dpa-program", "--d-head", "32"]) == 0
+    out = capsys.readouterr().out
+    assert "DYN_LOOP body_len=8 t_div=16" in out and "field_sel=GPR_ADDR" in out
+    assert out.count("\n") == 2 + 10
