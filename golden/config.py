@@ -179,6 +179,7 @@ class HubConfig:
     chunks_per_request: int = 4  # VA2PA entries per request
     gpr_entries: int = 256  # 32 B GPR words
     max_modis: int = 8  # DYN-MODIs per loop
+    decode_depth: int = 8  # decoded-command FIFO between the decoder and the multicast
 
     def __post_init__(self):
         if not isinstance(self.channel, ChannelConfig):
@@ -190,6 +191,7 @@ class HubConfig:
             "chunks_per_request": (1, (1 << FIELDS["n_chunks"].width) - 1),
             "gpr_entries": (1, 1 << FIELDS["gpr_addr"].width),
             "max_modis": (1, 16),
+            "decode_depth": (1, 64),
             "chunk_bytes": (1, 1 << 40),
         }
         for key, (lo, hi) in limits.items():

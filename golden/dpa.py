@@ -42,19 +42,21 @@ Faults (``golden.isa.Fault``), per request, first one kept
     discarded, so the next request starts clean. A faulted request is skipped
     until the host clears it; other requests run normally.
 
-Timing (cycle-exact with the RTL; ``A`` = cycle the multicast register's
-command was accepted by its last channel)
+Timing (cycle-exact with the RTL)
     STEP accepted in cycle ``s``. From ``s + 1`` the decoder visits request
     0, 1, ...: one cycle per request (its checks; a request that does not run
     costs just that cycle), then for a running request one cycle per DYN-LOOP
     and per DYN-MODI (first iteration only; later iterations jump back to the
-    first channel instruction of the body), and one *emission* per command:
-    in the first cycle ``e >= t`` with the multicast register free
-    (``e >= A`` of the previous command), the command is loaded and offered
-    to its channels from ``e + 1``; the decoder goes on at ``e + 1``. A fault
-    costs one cycle, then the drain visits each OBuf entry in one cycle (an
-    emission for a dirty one). After the last request the step ends once the
-    register is empty and every read beat has reached the GPR.
+    first channel instruction of the body), and one *push* per command into
+    the decoded-command FIFO (``decode_depth`` entries): command ``k`` is
+    pushed in the first cycle ``e_k >= t`` with room, ``e_k >= m_{k-Q} + 1``
+    (``Q = decode_depth``), and the decoder goes on at ``e_k + 1``. The
+    multicast register loads it in ``m_k = max(e_k + 1, A_{k-1})``, where
+    ``A`` is the cycle the previous command was taken by its last channel,
+    and offers it from ``m_k + 1``. A fault costs one cycle, then the drain
+    visits each OBuf entry in one cycle (a push for a dirty one). After the
+    last request the step ends once the FIFO and the register are empty and
+    every read beat has reached the GPR.
 """
 
 from __future__ import annotations
@@ -272,12 +274,13 @@ class QktLayout:
 class Emission:
     """One command in the multicast register."""
 
-    cycle: int  # loaded in this cycle, offered from the next
+    cycle: int  # loaded into the multicast register in this cycle, offered from the next
     request: int | None  # None: a RAW host command
     ch_mask: int
     command: Command
     gpr: int  # GPR source (writes) or destination base (reads)
     discard: bool = False  # drain RD-OUT after a fault: the beats are dropped
+    decoded: int = 0  # pushed into the decoded-command FIFO in this cycle
 
 
 @dataclass
@@ -530,12 +533,14 @@ class _Walk:
 
     def emit(self, t: int, req: int | None, mask: int, cmd: Command, gpr: int,
              discard: bool = False) -> int:
-        e = max(t, self.free)
-        self.emissions.append(Emission(e, req, mask, cmd, gpr, discard))
-        self.free = self.accept(len(self.emissions) - 1, e)
-        if self.free <= e:
-            raise ValueError(f"emission {len(self.emissions) - 1} accepted in cycle "
-                             f"{self.free}, not after its load in {e}")
+        k, depth = len(self.emissions), self.h.hub.decode_depth
+        e = t if k < depth else max(t, self.emissions[k - depth].cycle + 1)
+        load = max(e + 1, self.free)
+        self.emissions.append(Emission(load, req, mask, cmd, gpr, discard, e))
+        self.free = self.accept(k, load)
+        if self.free <= load:
+            raise ValueError(f"emission {k} accepted in cycle {self.free}, not after its "
+                             f"load in {load}")
         op = cmd.opcode
         if op == Opcode.MAC:
             self.h.dirty[cmd.out_idx] = True

@@ -206,20 +206,33 @@ class PimModule(wiring.Component):
                      self.dbg_wdata_acc.eq(w_acc), self.dbg_cmd.eq(mc_cmd),
                      self.dbg_mask.eq(mc_mask), self.dbg_discard.eq(mc_discard)]
 
+        # The decoder pushes into the decoded-command FIFO; the multicast
+        # register loads from it (or, in IDLE, a RAW host command directly).
+        EntryLayout = data.StructLayout({"cmd": CommandLayout, "mask": N,
+                                         "gpr": FIELDS["gpr_addr"].width, "discard": 1})
+        m.submodules.decoded = dq = fifo.SyncFIFO(width=EntryLayout.size,
+                                                  depth=hub.decode_depth)
+        push = Signal()
+        pushed = Signal(EntryLayout)
+        m.d.comb += [dq.w_en.eq(push), dq.w_data.eq(pushed)]
+        with m.If(push & (pushed.cmd.opcode == Opcode.MAC)):
+            m.d.sync += dirty.eq(dirty | (1 << pushed.cmd.out_idx[:max(1, _log2_ceil(O))]))
+        with m.If(push & (pushed.cmd.opcode == Opcode.RD_OUT)):
+            m.d.sync += dirty.eq(dirty & ~(1 << pushed.cmd.out_idx[:max(1, _log2_ceil(O))]))
+
+        raw_load = Signal()
+        raw_cmd_l, raw_mask, raw_gpr = (Signal(CommandLayout), Signal(N),
+                                        Signal(FIELDS["gpr_addr"].width))
+        head = data.View(EntryLayout, dq.r_data)
         load = Signal()
-        ld_cmd = Signal(CommandLayout)
-        ld_mask = Signal(N)
-        ld_gpr = Signal(FIELDS["gpr_addr"].width)
-        ld_discard = Signal()
-        m.d.comb += [self.dbg_load.eq(load), g_beat.addr.eq(ld_gpr), g_beat.en.eq(load)]
+        ld = Signal(EntryLayout)
+        m.d.comb += [load.eq(raw_load | (dq.r_rdy & mc_free)), dq.r_en.eq(~raw_load & mc_free),
+                     ld.eq(Mux(raw_load, Cat(raw_cmd_l, raw_mask, raw_gpr, Const(0, 1)), head))]
+        m.d.comb += [self.dbg_load.eq(load), g_beat.addr.eq(ld.gpr), g_beat.en.eq(load)]
         with m.If(load):
-            m.d.sync += [mc_valid.eq(1), mc_cmd.eq(ld_cmd), mc_mask.eq(ld_mask),
-                         mc_gpr.eq(ld_gpr), mc_discard.eq(ld_discard), mc_cmd_taken.eq(0),
+            m.d.sync += [mc_valid.eq(1), mc_cmd.eq(ld.cmd), mc_mask.eq(ld.mask),
+                         mc_gpr.eq(ld.gpr), mc_discard.eq(ld.discard), mc_cmd_taken.eq(0),
                          mc_w_taken.eq(0)]
-            with m.If(ld_cmd.opcode == Opcode.MAC):
-                m.d.sync += dirty.eq(dirty | (1 << ld_cmd.out_idx[:max(1, _log2_ceil(O))]))
-            with m.If(ld_cmd.opcode == Opcode.RD_OUT):
-                m.d.sync += dirty.eq(dirty & ~(1 << ld_cmd.out_idx[:max(1, _log2_ceil(O))]))
         with m.Elif(mc_valid & done.all()):
             m.d.sync += mc_valid.eq(0)
         with m.Else():
@@ -494,8 +507,8 @@ class PimModule(wiring.Component):
                             gpr_top = hp.arg_b + Mux(raw_read, N - 1, 0)
                             with m.If((raw_err == 0) & (hp.arg_a != 0) & ((hp.arg_a >> N) == 0)
                                       & (gpr_top < hub.gpr_entries)):
-                                m.d.comb += [load.eq(1), ld_cmd.eq(raw_cmd), ld_mask.eq(hp.arg_a),
-                                             ld_gpr.eq(hp.arg_b)]
+                                m.d.comb += [raw_load.eq(1), raw_cmd_l.eq(raw_cmd),
+                                             raw_mask.eq(hp.arg_a), raw_gpr.eq(hp.arg_b)]
                                 m.d.sync += is_step.eq(0)
                                 m.next = "DRAIN"
                             with m.Else():
@@ -571,9 +584,9 @@ class PimModule(wiring.Component):
                                  faulted.eq(faulted | (1 << req)), ran.eq(ran & ~(1 << req)),
                                  o_idx.eq(0)]
                     m.next = "SCRUB"
-                with m.Elif(mc_free):
-                    m.d.comb += [load.eq(1), ld_cmd.eq(cmd), ld_mask.eq(cur.ch_mask),
-                                 ld_gpr.eq(gp), ld_discard.eq(0)]
+                with m.Elif(dq.w_rdy):
+                    m.d.comb += [push.eq(1), pushed.cmd.eq(cmd), pushed.mask.eq(cur.ch_mask),
+                                 pushed.gpr.eq(gp)]
                     start = Mux(start_set, body_start, pc)
                     with m.If(in_loop & ~start_set):
                         m.d.sync += [start_set.eq(1), body_start.eq(pc)]
@@ -600,10 +613,10 @@ class PimModule(wiring.Component):
             with m.State("SCRUB"):
                 last = o_idx == O - 1
                 with m.If(dirty.bit_select(o_idx, 1)):
-                    with m.If(mc_free):
-                        m.d.comb += [load.eq(1), ld_cmd.opcode.eq(Opcode.RD_OUT),
-                                     ld_cmd.out_idx.eq(o_idx), ld_mask.eq(all_mask),
-                                     ld_gpr.eq(0), ld_discard.eq(1)]
+                    with m.If(dq.w_rdy):
+                        m.d.comb += [push.eq(1), pushed.cmd.opcode.eq(Opcode.RD_OUT),
+                                     pushed.cmd.out_idx.eq(o_idx), pushed.mask.eq(all_mask),
+                                     pushed.discard.eq(1)]
                         m.d.sync += o_idx.eq(o_idx + 1)
                         with m.If(last):
                             next_request(req + 1)
@@ -613,7 +626,7 @@ class PimModule(wiring.Component):
                         next_request(req + 1)
 
             with m.State("DRAIN"):
-                with m.If(~mc_valid & ~pending):
+                with m.If(~mc_valid & ~pending & ~dq.r_rdy):
                     with m.If(is_step):
                         for r in range(R):
                             with m.If(ran[r]):

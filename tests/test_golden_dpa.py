@@ -61,11 +61,27 @@ def test_step_emissions_are_back_to_back_inside_loops():
     s = qkt_session(HUB, d_head=32, t0={0: 64}, steps=1, seed=0)
     h, _ = replay(HUB, [c for c in s.calls if c.op != HostOp.STEP])
     res = h.step(start=100)
-    cycles = [e.cycle for e in res.emissions]
+    pushed = [e.decoded for e in res.emissions]
     # request 0's check (101), then WR-INP x2 from 102, DYN-LOOP, 4 DYN-MODIs, body
-    assert cycles[:2] == [102, 103]
-    assert cycles[2] == 103 + 1 + 1 + 4
-    assert cycles[2:] == list(range(cycles[2], cycles[2] + len(cycles) - 2))
+    assert pushed[:2] == [102, 103]
+    assert pushed[2] == 103 + 1 + 1 + 4
+    assert pushed[2:] == list(range(pushed[2], pushed[2] + len(pushed) - 2))
+    # the multicast register loads each the cycle after its push
+    assert [e.cycle for e in res.emissions] == [p + 1 for p in pushed]
+
+
+def test_decoder_runs_ahead_through_the_fifo():
+    """With a slow channel, the decoder fills the FIFO and then waits for
+    room: push k happens right after load k - decode_depth, and the header
+    cycles of the next request are hidden (loads stay back to back)."""
+    s = qkt_session(HUB, d_head=32, t0={0: 64, 1: 64}, steps=1, seed=0)
+    h, _ = replay(HUB, [c for c in s.calls if c.op != HostOp.STEP])
+    res = h.step(start=0, accept=lambda k, e: e + 7)
+    em, q = res.emissions, HUB.decode_depth
+    loads = [e.cycle for e in em]
+    assert all(b - a == 7 for a, b in zip(loads, loads[1:], strict=False))
+    assert all(em[k].decoded == em[k - q].cycle + 1 for k in range(q + 8, len(em))
+               if em[k].decoded > em[k - 1].decoded + 1)
 
 
 def test_emission_waits_for_the_multicast_register():
