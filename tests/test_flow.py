@@ -26,6 +26,23 @@ def test_sixteen_banks_by_sixteen_lanes_elaborates_and_lints_clean():
     assert result.returncode == 0, result.stderr[-3000:]
 
 
+def test_module_with_three_channels_and_odd_tables_elaborates_and_lints_clean():
+    """The PIM module at a shape the cocotb tests do not build: 3 channels,
+    3 requests, 3 VA2PA entries per request (register arrays padded to 4)."""
+    from golden.config import HubConfig, small_config
+    from sim.generate import HUB_TOPLEVEL
+
+    ch = small_config()
+    hub = HubConfig(channel=ch, n_channels=3, chunk_bytes=3 * ch.banks * ch.cols * 32,
+                    requests=3, chunks_per_request=3, instr_depth=20, gpr_entries=128,
+                    max_modis=3, decode_depth=3)
+    path = generate(hub)
+    text = path.read_text()
+    assert "channel2" in text and "va2pa2_2" in text
+    result = lint_verilog(path, HUB_TOPLEVEL)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
 def test_lint_catches_a_real_problem(tmp_path):
     bad = tmp_path / "pim_channel.v"
     bad.write_text("module pim_channel(input a, output b); assign b = c; endmodule\n")
