@@ -103,7 +103,7 @@ def dpa_program_size(d_head: int = 128, contexts=CONTEXTS) -> dict:
             "rows": rows}
 
 
-def dpa_capacity(requests: int = 4096, seed: int = 0) -> dict:
+def dpa_capacity(requests: int = 4096, seed: int = 0, chunk_bytes: int | None = None) -> dict:
     """KV capacity use under static allocation (every request reserves its
     model's context window) and DPA (1 MB chunks taken as the request grows),
     with context lengths drawn per dataset (golden.reference.Dataset.sample).
@@ -111,15 +111,21 @@ def dpa_capacity(requests: int = 4096, seed: int = 0) -> dict:
     Requests are admitted in draw order until the next one does not fit the
     KV capacity (system capacity minus the weights). A request's KV is
     ``2 x layers x kv_heads`` token streams (K and V per layer and KV head),
-    each in whole chunks of ``1 MB / (d_head x 2 B)`` tokens."""
+    each in whole chunks of ``chunk_bytes / (d_head x 2 B)`` tokens (1 MB
+    chunks by default)."""
     import numpy as np
 
     from golden.reference import CHUNK_BYTES, DATASETS, GB, MODELS, SYSTEMS
+
+    CHUNK_BYTES = chunk_bytes or CHUNK_BYTES  # noqa: N806 - the study's one chunk size
 
     rows = []
     for model in MODELS.values():
         streams = 2 * model.layers * model.kv_heads
         tpc = CHUNK_BYTES // (model.d_head * 2)
+        if tpc < 1:
+            raise ValueError(f"chunk_bytes={CHUNK_BYTES} holds no token of d_head "
+                             f"{model.d_head}")
         kv_cap = model.capacity_gb * GB - model.weight_bytes
         for task in model.datasets:
             lengths = DATASETS[task].sample(requests, seed)

@@ -189,7 +189,10 @@ def cmd_dpa_capacity(args) -> int:
 
     if args.requests < 1:
         raise ConfigError(f"--requests must be >= 1, not {args.requests}")
-    _emit(dpa_capacity(requests=args.requests, seed=args.seed), args.json)
+    if args.chunk_bytes < 1:
+        raise ConfigError(f"--chunk-bytes must be >= 1, not {args.chunk_bytes}")
+    _emit(dpa_capacity(requests=args.requests, seed=args.seed, chunk_bytes=args.chunk_bytes),
+          args.json)
     return 0
 
 
@@ -279,6 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--d-head", type=int, default=128, help="dpa-program-size: d_head")
     s.add_argument("--requests", type=int, default=4096,
                    help="dpa-capacity: context lengths drawn per dataset (with --seed)")
+    s.add_argument("--chunk-bytes", type=int, default=1 << 20,
+                   help="dpa-capacity: KV chunk size in bytes (default 1 MB)")
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("dpa-program", help="print the QK^T DPA program (hex and disassembly)")

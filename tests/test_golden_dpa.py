@@ -315,6 +315,17 @@ def test_dpa_capacity_study_admits_more_and_wastes_less():
         assert abs(row["drawn_lengths"]["mean"] - ds.mean) < 0.1 * ds.std * 3
 
 
+def test_dpa_capacity_finer_chunks_waste_less():
+    from golden.studies import dpa_capacity
+
+    coarse = dpa_capacity(requests=256, chunk_bytes=1 << 22)["rows"]
+    fine = dpa_capacity(requests=256, chunk_bytes=1 << 16)["rows"]
+    for c, f in zip(coarse, fine, strict=True):
+        assert f["dpa"]["utilization_of_allocated"] > c["dpa"]["utilization_of_allocated"]
+        assert f["dpa"]["batch"] >= c["dpa"]["batch"]
+        assert f["static"]["batch"] == c["static"]["batch"]  # windows are whole chunks
+
+
 def test_dataset_draws_match_the_published_moments():
     from golden.reference import DATASETS
 
