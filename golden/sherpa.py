@@ -1,0 +1,268 @@
+"""PIM-SHERPA weight layouts on LPDDR-PIM (DESIGN.md §2.7, REFERENCE.md).
+
+The host sees weights in its own layout; the PIM units need another, and a
+swizzled copy converts between them.
+
+Address mapping (``AddressMap``)
+    A physical byte address is ``byte (5 bits) | fields in `order`, LSB
+    first``: with the default order ``("channel", "col", "bank", "row")``
+    consecutive 32 B words go to successive channels, then columns of a
+    row, then banks, then rows. Every field count is a power of two.
+
+Host-friendly layout
+    ``W[n_out][n_in]`` (BF16) row-major from byte address ``base``:
+    element ``(r, k)`` at ``base + 2 (r n_in + k)``.
+
+PIM-aware layout (``PimAwareLayout``, PIMnast-style)
+    Each bank holds whole matrix rows: matrix row ``r`` is in global bank
+    ``g = r % B`` (``B = channels x banks``; channel ``g % channels``, bank
+    ``g // channels``) as local row ``i = r // B``. A bank's rows are stored
+    as 256-bit (16 x BF16) bursts in column-major order: burst ``(i, j)``,
+    holding ``W[r, 16 j : 16 j + 16]``, is bank word ``j R_b + i`` from
+    ``first_row`` (``R_b`` rows per bank), i.e. DRAM row
+    ``first_row + w // cols``, column ``w % cols``. One PIM pass reads a
+    burst per bank and MACs it with input block ``j`` into output register
+    ``i mod out_regs``, so ``R_b`` is padded to a multiple of ``out_regs``
+    (``n_out`` to a multiple of ``B x out_regs``) and ``n_in`` to a multiple
+    of 16; padding is zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from golden import numerics
+from golden.channel import ChannelModel, mac, rd_out, wr_inp
+from golden.config import ChannelConfig
+from golden.isa import LANES
+
+WORD_BYTES = 2 * LANES  # one 256-bit burst
+FIELDS = ("channel", "bank", "row", "col")
+
+
+def _log2(n: int, what: str) -> int:
+    if n < 1 or n & (n - 1):
+        raise ValueError(f"{what}={n} must be a power of two")
+    return n.bit_length() - 1
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """LPDDR5X-PIM as the host sees it (REFERENCE.md: four channels, 16
+    banks per rank, 256-bit bursts)."""
+
+    channels: int = 4
+    banks: int = 16
+    rows: int = 1 << 14
+    cols: int = 64  # 32 B words per DRAM row (2 KB)
+
+    @property
+    def total_banks(self) -> int:
+        return self.channels * self.banks
+
+    @property
+    def bytes(self) -> int:
+        return self.channels * self.banks * self.rows * self.cols * WORD_BYTES
+
+
+@dataclass(frozen=True)
+class AddressMap:
+    geometry: Geometry = Geometry()
+    order: tuple[str, ...] = ("channel", "col", "bank", "row")
+
+    def __post_init__(self):
+        if sorted(self.order) != sorted(FIELDS):
+            raise ValueError(f"order must list each of {FIELDS} once, not {self.order}")
+        for name in FIELDS:
+            _log2(self.counts[name], name)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        g = self.geometry
+        return {"channel": g.channels, "bank": g.banks, "row": g.rows, "col": g.cols}
+
+    def decode(self, addr):
+        """Byte address (int or array) -> dict of channel, bank, row, col, byte."""
+        addr = np.asarray(addr, dtype=np.int64)
+        out = {"byte": addr & (WORD_BYTES - 1)}
+        rest = addr >> _log2(WORD_BYTES, "word")
+        for name in self.order:
+            bits = _log2(self.counts[name], name)
+            out[name] = rest & ((1 << bits) - 1)
+            rest = rest >> bits
+        if np.any(rest):
+            raise ValueError("address beyond the memory")
+        return out
+
+    def encode(self, channel, bank, row, col, byte=0):
+        fields = {"channel": channel, "bank": bank, "row": row, "col": col}
+        addr, shift = np.asarray(byte, dtype=np.int64), _log2(WORD_BYTES, "word")
+        for name in self.order:
+            value = np.asarray(fields[name], dtype=np.int64)
+            if np.any(value < 0) or np.any(value >= self.counts[name]):
+                raise ValueError(f"{name} out of range (< {self.counts[name]})")
+            addr = addr | (value << shift)
+            shift += _log2(self.counts[name], name)
+        return addr
+
+
+@dataclass(frozen=True)
+class PimAwareLayout:
+    amap: AddressMap
+    n_out: int
+    n_in: int
+    out_regs: int = 8  # PIM output register file entries (REFERENCE.md)
+    first_row: int = 0
+
+    def __post_init__(self):
+        if self.n_out < 1 or self.n_in < 1 or self.out_regs < 1:
+            raise ValueError(f"bad shape {self.n_out} x {self.n_in} / out_regs {self.out_regs}")
+        g = self.amap.geometry
+        if self.first_row + self.dram_rows_per_bank > g.rows:
+            raise ValueError(f"{self.n_out} x {self.n_in} needs {self.dram_rows_per_bank} rows "
+                             f"per bank from row {self.first_row}; the banks have {g.rows}")
+
+    @property
+    def rows_per_bank(self) -> int:
+        """R_b: matrix rows per bank, padded to a multiple of out_regs."""
+        b = self.amap.geometry.total_banks
+        per = -(-self.n_out // b)
+        return -(-per // self.out_regs) * self.out_regs
+
+    @property
+    def n_out_padded(self) -> int:
+        return self.rows_per_bank * self.amap.geometry.total_banks
+
+    @property
+    def blocks(self) -> int:
+        return -(-self.n_in // LANES)
+
+    @property
+    def n_in_padded(self) -> int:
+        return self.blocks * LANES
+
+    @property
+    def words_per_bank(self) -> int:
+        return self.rows_per_bank * self.blocks
+
+    @property
+    def dram_rows_per_bank(self) -> int:
+        return -(-self.words_per_bank // self.amap.geometry.cols)
+
+    @property
+    def padding_bytes(self) -> int:
+        return 2 * (self.n_out_padded * self.n_in_padded - self.n_out * self.n_in)
+
+    def place(self, r, j):
+        """(channel, bank, DRAM row, column) of burst ``(r, j)`` (arrays ok)."""
+        g = self.amap.geometry
+        r, j = np.asarray(r), np.asarray(j)
+        gb, i = r % g.total_banks, r // g.total_banks
+        w = j * self.rows_per_bank + i
+        return gb % g.channels, gb // g.channels, self.first_row + w // g.cols, w % g.cols
+
+    def word_addresses(self) -> np.ndarray:
+        """Physical address of every burst, shape (n_out_padded, blocks)."""
+        r, j = np.meshgrid(np.arange(self.n_out_padded), np.arange(self.blocks), indexing="ij")
+        return self.amap.encode(*self.place(r, j))
+
+
+def host_friendly(weights: np.ndarray, memory_bytes: int, base: int = 0) -> np.ndarray:
+    """A memory image (uint16 per 2 bytes) with ``weights`` row-major at ``base``."""
+    image = np.zeros(memory_bytes // 2, np.uint16)
+    flat = np.ascontiguousarray(weights, dtype=np.uint16).ravel()
+    if base % 2 or base // 2 + flat.size > image.size:
+        raise ValueError("the matrix does not fit the memory at that base")
+    image[base // 2: base // 2 + flat.size] = flat
+    return image
+
+
+def _gather_index(layout: PimAwareLayout, base: int) -> tuple[np.ndarray, np.ndarray]:
+    """For every element of every PIM-aware burst: its index in the PIM
+    image, and its index in the host image (-1 for padding)."""
+    addrs = layout.word_addresses()  # (R, J)
+    lanes = np.arange(LANES)
+    dst = (addrs[:, :, None] // 2 + lanes).ravel()
+    r = np.arange(layout.n_out_padded)[:, None, None]
+    k = np.arange(layout.blocks)[None, :, None] * LANES + lanes
+    src = base // 2 + r * layout.n_in + k
+    src = np.where((r < layout.n_out) & (k < layout.n_in), src, -1).ravel()
+    return dst, src
+
+
+def swizzle(host_image: np.ndarray, layout: PimAwareLayout, base: int = 0,
+            out: np.ndarray | None = None) -> np.ndarray:
+    """Swizzled copy host-friendly -> PIM-aware (padding written as zero)."""
+    dst, src = _gather_index(layout, base)
+    out = np.zeros_like(host_image) if out is None else out
+    out[dst] = np.where(src >= 0, host_image[np.maximum(src, 0)], 0)
+    return out
+
+
+def unswizzle(pim_image: np.ndarray, layout: PimAwareLayout, base: int = 0,
+              out: np.ndarray | None = None) -> np.ndarray:
+    """Swizzled copy PIM-aware -> host-friendly (padding dropped)."""
+    dst, src = _gather_index(layout, base)
+    out = np.zeros_like(pim_image) if out is None else out
+    keep = src >= 0
+    out[src[keep]] = pim_image[dst[keep]]
+    return out
+
+
+def pim_gemv(pim_image: np.ndarray, layout: PimAwareLayout, x_bf16: np.ndarray,
+             config: ChannelConfig) -> np.ndarray:
+    """y = W x on the PIM-aware layout, one golden channel model per
+    channel: per tile of ``out_regs`` local rows, for each input block
+    ``j`` a MAC per local row into OBuf ``i mod out_regs``, then RD-OUTs.
+    Returns y as BF16 bits (n_out,)."""
+    g = layout.amap.geometry
+    if config.banks != g.banks or config.cols != g.cols or config.rows < g.rows:
+        raise ValueError("the channel configuration must match the memory geometry")
+    if layout.blocks > config.gbuf_entries or layout.out_regs > config.obuf_entries:
+        raise ValueError("the input does not fit GBuf or the tile the OBuf")
+    x = np.zeros(layout.n_in_padded, np.uint16)
+    x[:len(x_bf16)] = x_bf16
+    y = np.zeros(layout.n_out_padded, np.uint16)
+    for c in range(g.channels):
+        ch = ChannelModel(config)
+        rows_used = range(layout.first_row, layout.first_row + layout.dram_rows_per_bank)
+        for b in range(g.banks):
+            for row in rows_used:
+                addrs = layout.amap.encode(c, b, row, np.arange(g.cols))
+                ch.load_matrix(b, row, pim_image[(addrs[:, None] // 2 + np.arange(LANES))])
+        cmds = [wr_inp(j) for j in range(layout.blocks)]
+        beats = [numerics.lanes_to_word(x[j * LANES:(j + 1) * LANES])
+                 for j in range(layout.blocks)]
+        tiles = range(0, layout.rows_per_bank, layout.out_regs)
+        for t in tiles:
+            for j in range(layout.blocks):
+                for i in range(t, t + layout.out_regs):
+                    _, _, row, col = layout.place(i * g.total_banks + c, j)
+                    cmds.append(mac(int(row), int(col), j, i - t))
+            cmds += [rd_out(o) for o in range(layout.out_regs)]
+        result = ch.run(cmds, beats)
+        for n, word in enumerate(result.rdata):
+            t, o = divmod(n, layout.out_regs)
+            i = tiles[t] + o
+            lanes = numerics.words_to_lanes(word)
+            for b in range(g.banks):
+                y[i * g.total_banks + b * g.channels + c] = lanes[b]
+    return y[:layout.n_out]
+
+
+def host_gemv(host_image: np.ndarray, n_out: int, n_in: int, x_bf16: np.ndarray,
+              base: int = 0) -> np.ndarray:
+    """The host's GEMV on the host-friendly layout in the PIM's arithmetic
+    (golden.numerics: 16-lane products, pairwise tree, FP32 accumulation
+    block by block, RNE to BF16): the bit-exact reference for pim_gemv."""
+    blocks = -(-n_in // LANES)
+    w = np.zeros((n_out, blocks * LANES), np.uint16)
+    w[:, :n_in] = host_image[base // 2: base // 2 + n_out * n_in].reshape(n_out, n_in)
+    x = np.zeros(blocks * LANES, np.uint16)
+    x[:n_in] = x_bf16
+    acc = np.zeros(n_out, np.uint32)
+    for j in range(blocks):
+        acc = numerics.mac(acc, w[:, j * LANES:(j + 1) * LANES], x[j * LANES:(j + 1) * LANES])
+    return numerics.f32_to_bf16(acc)

@@ -1,0 +1,94 @@
+"""PIM-SHERPA layouts (golden/sherpa.py): address mapping, the swizzled
+copy in both directions, and a GEMV on the PIM-aware layout."""
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from golden import numerics
+from golden.config import small_config
+from golden.sherpa import (
+    FIELDS,
+    AddressMap,
+    Geometry,
+    PimAwareLayout,
+    host_friendly,
+    host_gemv,
+    pim_gemv,
+    swizzle,
+    unswizzle,
+)
+
+SMALL = Geometry(channels=2, banks=4, rows=64, cols=32)  # small_config's banks
+ORDERS = list(itertools.permutations(FIELDS))
+
+
+@given(order=st.sampled_from(ORDERS), addr=st.integers(0, SMALL.bytes - 1))
+def test_address_map_round_trip(order, addr):
+    amap = AddressMap(SMALL, order)
+    f = amap.decode(addr)
+    assert int(amap.encode(f["channel"], f["bank"], f["row"], f["col"], f["byte"])) == addr
+
+
+def test_default_map_interleaves_channels_first():
+    amap = AddressMap(SMALL)
+    f = amap.decode(np.arange(4) * 32)
+    assert list(f["channel"]) == [0, 1, 0, 1] and list(f["col"]) == [0, 0, 1, 1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(order=st.sampled_from(ORDERS), n_out=st.integers(1, 70), n_in=st.integers(1, 90),
+       out_regs=st.sampled_from([1, 2, 4]), base_words=st.integers(0, 64),
+       seed=st.integers(0, 2 ** 16))
+def test_swizzled_copy_round_trips_bit_exact(order, n_out, n_in, out_regs, base_words, seed):
+    amap = AddressMap(SMALL, order)
+    layout = PimAwareLayout(amap, n_out, n_in, out_regs, first_row=8)
+    rng = np.random.default_rng(seed)
+    w = rng.integers(0, 1 << 16, (n_out, n_in), dtype=np.uint16)
+    base = base_words * 32
+    host = host_friendly(w, SMALL.bytes, base)
+    pim = swizzle(host, layout, base)
+    # every element where the layout puts it, padding zero
+    r, k = rng.integers(0, n_out), rng.integers(0, n_in)
+    ch, bank, row, col = layout.place(r, k // 16)
+    assert pim[int(amap.encode(ch, bank, row, col)) // 2 + k % 16] == w[r, k]
+    assert np.count_nonzero(pim) == np.count_nonzero(w)
+    back = unswizzle(pim, layout, base)
+    assert np.array_equal(back[base // 2: base // 2 + w.size].reshape(w.shape), w)
+    assert np.count_nonzero(back) == np.count_nonzero(w)
+
+
+def test_padding():
+    amap = AddressMap(Geometry())  # 4 channels x 16 banks
+    lm = PimAwareLayout(amap, 128256, 2048)  # Llama 3.2 vocabulary x hidden
+    assert lm.n_out_padded == 128512 and lm.padding_bytes == 256 * 2048 * 2
+    kv = PimAwareLayout(amap, 768, 3072)  # Llama 3.2 3B K/V: a quarter of Q
+    assert kv.n_out_padded == 1024
+    assert PimAwareLayout(amap, 2048, 2048).padding_bytes == 0
+
+
+def test_gemv_on_the_pim_aware_layout_equals_the_host_gemm():
+    cfg = small_config()
+    amap = AddressMap(SMALL)
+    n_out, n_in = 37, 200  # neither a multiple of the banks nor of 16
+    layout = PimAwareLayout(amap, n_out, n_in, out_regs=cfg.obuf_entries, first_row=2)
+    rng = np.random.default_rng(7)
+    w = numerics.float_to_bf16(rng.standard_normal((n_out, n_in)))
+    x = numerics.float_to_bf16(rng.standard_normal(n_in))
+    host = host_friendly(w, SMALL.bytes, base=4096)
+    y_pim = pim_gemv(swizzle(host, layout, base=4096), layout, x, cfg)
+    assert np.array_equal(y_pim, host_gemv(host, n_out, n_in, x, base=4096))
+    ref = numerics.bf16_to_float(w) @ numerics.bf16_to_float(x)
+    np.testing.assert_allclose(numerics.bf16_to_float(y_pim), ref, rtol=2 ** -7, atol=0.05)
+
+
+def test_bad_layouts_are_rejected_with_the_reason():
+    with pytest.raises(ValueError, match="power of two"):
+        AddressMap(Geometry(channels=3))
+    with pytest.raises(ValueError, match="each of"):
+        AddressMap(SMALL, ("channel", "col", "bank", "bank"))
+    with pytest.raises(ValueError, match="rows per bank"):
+        PimAwareLayout(AddressMap(SMALL), 4096, 4096)
