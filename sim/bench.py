@@ -126,7 +126,8 @@ def bench_rtl_hub(sim: str) -> dict:
         config = small_hub_config(policy)
         runner.build(sim, config)
         results, test_dir = runner.run(sim, ["qkt_two_requests"], config=config, seed=1,
-                                       run_name=f"bench-hub-{policy}")
+                                       run_name=f"bench-hub-{policy}",
+                                       extra_env={"PIMORCH_HUB_LAG": "1"})
         m = json.loads((test_dir / "metrics.json").read_text())
         wall = results[0].wall_s
         out[policy] = {"passed": results[0].passed, "host_calls": m["host_calls"],

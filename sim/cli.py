@@ -59,7 +59,7 @@ def cmd_sim(args) -> int:
 
     waves = args.waves or runner.waves_enabled()
     policies = args.policy or list(POLICIES)
-    env = {"PIMORCH_STREAM_COMMANDS": str(args.stream_commands)}
+    env = {"PIMORCH_STREAM_COMMANDS": str(args.stream_commands), "PIMORCH_HUB_LAG": "1"}
     rows, started = [], time.perf_counter()
     parts = [(policy, small_config().replace(policy=policy), runner.list_tests(policy))
              for policy in policies]

@@ -271,7 +271,8 @@ async def qkt_two_requests(dut):
     # the decoder's alone (the keys of their new tokens are not written)
     tb, rsp = await _run(dut, s.calls + [HostCall(HostOp.STEP, note="idle host")] * 2)
     assert sum(c.op == HostOp.GROW and c.req_id == 0 for c in s.calls) == 2
-    tb.lag = tb.decode_stall()
+    if os.environ.get("PIMORCH_HUB_LAG") == "1":  # make sim, make bench: golden reruns per step
+        tb.lag = tb.decode_stall()
     tb.log.info("per step: multicast-register bubbles %s; last command later than with an "
                 "ideal feed by %s cycles (worst channel)", tb.bubbles, tb.lag)
     tb.write_metrics()
