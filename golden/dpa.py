@@ -69,17 +69,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from golden import numerics
-from golden.channel import ChannelModel, Command, CommandError
+from golden.channel import ChannelModel, Command
 from golden.config import HubConfig
 from golden.isa import (
-    CHANNEL_OPCODES,
     COMMAND_BITS,
     FIELDS,
-    HUB_OPCODES,
     INSTR_BITS,
-    ISA,
     LANES,
     MODI_FIELDS,
+    PROGRAM_OPCODES,
     REQ_STATUS_FIELDS,
     EncodingError,
     ErrorCode,
@@ -144,7 +142,7 @@ def check_program(words: list[int], hub: HubConfig) -> ProgramCheck:
             op, f = unpack_instruction(word)
         except EncodingError as e:
             return ProgramCheck(Fault.BAD_OPCODE, i, str(e))
-        if op not in CHANNEL_OPCODES and op not in HUB_OPCODES:
+        if op not in PROGRAM_OPCODES:
             return ProgramCheck(Fault.BAD_OPCODE, i, f"{op.name} is not implemented by the HUB")
         if op == Opcode.DYN_LOOP:
             if loop_end is not None:
@@ -742,7 +740,7 @@ def qkt_session(hub: HubConfig, d_head: int = 32, t0: dict[int, int] | None = No
     queries = {r: numerics.float_to_bf16(rng.standard_normal(d_head)) for r in t0}
     region = hub.gpr_entries // (len(t0) + 1)
     base = {r: i * region for i, r in enumerate(t0)}
-    if layout.scores + layout.score_words(t_max) * 1 > region:
+    if layout.scores + layout.score_words(t_max) > region:
         raise ValueError(f"scores of {t_max} tokens do not fit a GPR region of {region}")
     staging = hub.gpr_entries + KEY_STAGING
     mapping: dict[int, list[int]] = {}
@@ -834,6 +832,6 @@ def status_fields(word: int) -> dict[str, int]:
     return unpack(REQ_STATUS_FIELDS, word)
 
 
-__all__ = ["ChunkAllocator", "CapacityError", "DpaFault", "Emission", "Hub", "ISA",
+__all__ = ["ChunkAllocator", "CapacityError", "DpaFault", "Emission", "Hub",
            "ProgramCheck", "QktLayout", "Response", "check_program", "instr",
-           "program_bytes", "unrolled_instructions", "CommandError"]
+           "program_bytes", "unrolled_instructions"]

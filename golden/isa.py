@@ -230,6 +230,8 @@ MODI_FIELDS = {
 }
 #: Opcodes the foundation channel executes.
 CHANNEL_OPCODES = (Opcode.WR_INP, Opcode.MAC, Opcode.RD_OUT, Opcode.RD, Opcode.WR)
+#: Everything a DPA program may contain (the commit walk rejects the rest).
+PROGRAM_OPCODES = (*CHANNEL_OPCODES, *HUB_OPCODES)
 
 INSTR_BITS = 128
 LANES = 16  # BF16 lanes per 32 B word

@@ -117,14 +117,14 @@ def dpa_capacity(requests: int = 4096, seed: int = 0, chunk_bytes: int | None = 
 
     from golden.reference import CHUNK_BYTES, DATASETS, GB, MODELS, SYSTEMS
 
-    CHUNK_BYTES = chunk_bytes or CHUNK_BYTES  # noqa: N806 - the study's one chunk size
+    chunk = chunk_bytes or CHUNK_BYTES
 
     rows = []
     for model in MODELS.values():
         streams = 2 * model.layers * model.kv_heads
-        tpc = CHUNK_BYTES // (model.d_head * 2)
+        tpc = chunk // (model.d_head * 2)
         if tpc < 1:
-            raise ValueError(f"chunk_bytes={CHUNK_BYTES} holds no token of d_head "
+            raise ValueError(f"chunk_bytes={chunk} holds no token of d_head "
                              f"{model.d_head}")
         kv_cap = model.capacity_gb * GB - model.weight_bytes
         for task in model.datasets:
@@ -136,9 +136,9 @@ def dpa_capacity(requests: int = 4096, seed: int = 0, chunk_bytes: int | None = 
                 schemes = {}
                 for scheme in ("static", "dpa"):
                     if scheme == "static":
-                        per = np.full(requests, streams * -(-model.window // tpc) * CHUNK_BYTES)
+                        per = np.full(requests, streams * -(-model.window // tpc) * chunk)
                     else:
-                        per = streams * -(-lengths // tpc) * CHUNK_BYTES
+                        per = streams * -(-lengths // tpc) * chunk
                     fits = np.cumsum(per) <= kv_cap
                     batch = int(np.argmin(fits)) if not fits.all() else requests
                     live = int(lengths[:batch].sum()) * model.kv_bytes_per_token
@@ -162,7 +162,7 @@ def dpa_capacity(requests: int = 4096, seed: int = 0, chunk_bytes: int | None = 
                     "batch_gain": round(schemes["dpa"]["batch"] / max(schemes["static"]["batch"],
                                                                       1), 2)})
     return {"study": "dpa-capacity", "seed": seed, "requests_drawn": requests,
-            "chunk_bytes": CHUNK_BYTES,
+            "chunk_bytes": chunk,
             "lengths": "scaled Beta on [min, max] matching the dataset's mean and std "
                        "(golden/reference.py)",
             "note": "both systems hold the same total capacity per model and split every "

@@ -34,6 +34,7 @@ from golden.isa import (
     INSTR_BITS,
     ISA,
     MODI_FIELDS,
+    PROGRAM_OPCODES,
     RESPONSE_FIELDS,
     WORD_BITS,
     Fault,
@@ -49,7 +50,6 @@ from hw.channel import Channel, CommandLayout, TraceSignature, _Op, command_erro
 HostLayout = data.StructLayout(layout_widths(HOST_FIELDS))
 ResponseLayout = data.StructLayout(layout_widths(RESPONSE_FIELDS))
 ACC_BITS = 48  # DYN-MODI accumulators and virtual addresses (signed)
-PROGRAM_OPS = (*CHANNEL_OPCODES, Opcode.DYN_LOOP, Opcode.DYN_MODI)
 
 
 def _log2(n):
@@ -62,24 +62,24 @@ class _Decoded:
 
     def __init__(self, m, word):
         self.opcode = word[:FIELDS["opcode"].width]
-        views = {op: data.View(data.StructLayout(layout_widths(("opcode", *ISA[op].fields))),
-                               word[:sum(layout_widths(("opcode", *ISA[op].fields)).values())])
-                 for op in PROGRAM_OPS}
+        layouts = {op: data.StructLayout(layout_widths(("opcode", *ISA[op].fields)))
+                   for op in PROGRAM_OPCODES}
+        views = {op: data.View(layout, word[:layout.size]) for op, layout in layouts.items()}
         self.has = {}
-        for name in {f for op in PROGRAM_OPS for f in ISA[op].fields}:
+        for name in {f for op in PROGRAM_OPCODES for f in ISA[op].fields}:
             value = Signal(FIELDS[name].width, name=f"i_{name}")
             has = Signal(name=f"i_has_{name}")
             expr, present = Const(0, FIELDS[name].width), Const(0)
-            for op in PROGRAM_OPS:
+            for op in PROGRAM_OPCODES:
                 if name in ISA[op].fields:
                     expr = Mux(self.opcode == op, views[op][name], expr)
                     present = present | (self.opcode == op)
             m.d.comb += [value.eq(expr), has.eq(present)]
             setattr(self, name, value)
             self.has[name] = has
-        self.is_ = {op: self.opcode == op for op in PROGRAM_OPS}
+        self.is_ = {op: self.opcode == op for op in PROGRAM_OPCODES}
         self.channel = Cat(self.opcode == op for op in CHANNEL_OPCODES).any()
-        self.known = Cat(self.opcode == op for op in PROGRAM_OPS).any()
+        self.known = Cat(self.opcode == op for op in PROGRAM_OPCODES).any()
 
 
 class PimModule(wiring.Component):

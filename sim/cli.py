@@ -49,10 +49,6 @@ def _emit(data: dict, json_path: str | None) -> None:
 # ---- commands -------------------------------------------------------------
 
 
-#: Channel policies the PIM module (HUB + channels) is tested with.
-HUB_POLICIES = ("static", "dcs")
-
-
 def cmd_sim(args) -> int:
     from golden.config import POLICIES, small_config, small_hub_config
     from sim import runner
@@ -66,7 +62,7 @@ def cmd_sim(args) -> int:
     if not args.no_hub:
         hub_tests = runner.list_tests(module_name=runner.HUB_TB_MODULE)
         parts += [(f"hub-{policy}", small_hub_config(policy), hub_tests)
-                  for policy in policies if policy in HUB_POLICIES]
+                  for policy in policies if policy in runner.HUB_POLICIES]
     for policy, config, applicable in parts:
         tests = [t for t in (args.test or applicable) if t in applicable]
         if not tests:

@@ -34,6 +34,8 @@ from sim.tools import VERILATOR_WAIVERS, require_simulator
 
 TB_MODULE = "tb.test_channel"
 HUB_TB_MODULE = "tb.test_hub"
+#: Channel policies the PIM module (HUB + channels) is tested with.
+HUB_POLICIES = ("static", "dcs")
 
 
 @dataclass

@@ -9,6 +9,7 @@ channel model fed the observed handshake cycles."""
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import os
@@ -168,14 +169,16 @@ class HubTB:
         return self.model.last_step.emissions
 
     def _acceptances(self, first: int) -> list[int]:
-        """Per load from index ``first``: the cycle its last channel took it."""
+        """Per load from index ``first``: the cycle its last channel took it
+        (the last handshake after the load and up to the next load)."""
         out = []
-        loads = self.loads
+        loads, logs = self.loads, (*self.acc, *self.wacc)
         for i in range(first, len(loads)):
             lo = loads[i][0]
             hi = loads[i + 1][0] if i + 1 < len(loads) else 1 << 60
-            cycles = [c for log in (*self.acc, *self.wacc) for c in log if lo < c <= hi]
-            out.append(max(cycles))
+            last = [log[j - 1] for log in logs
+                    if (j := bisect.bisect_right(log, hi)) and log[j - 1] > lo]
+            out.append(max(last))
         return out
 
     def check_channels(self) -> int:
@@ -190,10 +193,8 @@ class HubTB:
                                                      self.pops[c])
             want = [(t.cmd_id, int(t.opcode), t.cycle) for t in ref.trace]
             if want != self.traces[c]:
-                i = next(i for i, (a, b) in enumerate(zip(want, self.traces[c], strict=False))
-                         if a != b) if any(a != b for a, b in zip(
-                             want, self.traces[c], strict=False)) else min(len(want),
-                                                                          len(self.traces[c]))
+                i = next((i for i, (a, b) in enumerate(zip(want, self.traces[c], strict=False))
+                          if a != b), min(len(want), len(self.traces[c])))
                 raise AssertionError(f"channel {c} trace entry {i}: RTL "
                                      f"{self.traces[c][i:i + 1]} golden {want[i:i + 1]}")
             total += len(cmds)

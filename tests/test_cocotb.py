@@ -52,15 +52,13 @@ def test_rtl_matches_golden(sim, policy, test, request):
                                     f"(log: {test_dir / 'sim.log'})"
 
 
-#: The HUB over static channels and over DCS channels.
-HUB_POLICIES = ("static", "dcs")
 #: Icarus runs the end-to-end test (about a minute there) with static channels only.
 HUB_SKIP = {("icarus", "dcs", "qkt_two_requests")}
 
 
 @pytest.mark.parametrize("sim, policy, test", [
     pytest.param(sim, policy, test, id=f"{sim}-hub-{policy}-{test}")
-    for sim in SIMS for policy in HUB_POLICIES
+    for sim in SIMS for policy in runner.HUB_POLICIES
     for test in runner.list_tests(module_name=runner.HUB_TB_MODULE)
     if (sim, policy, test) not in HUB_SKIP])
 def test_hub_rtl_matches_golden(sim, policy, test, request):
