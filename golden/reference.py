@@ -107,3 +107,55 @@ SYSTEMS = {s.name: s for s in [
 #: PIMphony module: 16 channels x 16 banks (REFERENCE.md), KV chunk 1 MB.
 MODULE_CHANNELS = 16
 CHUNK_BYTES = 1 << 20
+
+
+# ---- PIM-SHERPA (REFERENCE.md) ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class SherpaHost:
+    """The on-device host of REFERENCE.md (Exynos 2400 + LPDDR5X-8533)."""
+
+    gflops: float = 321.0  # BF16 GEMM on 4 cores
+    bandwidth_gbs: float = 68.264  # four LPDDR5X channels
+    copy_transactions: int = 3  # online rearrangement: read NC, read dst, write back
+
+    @property
+    def flop_per_byte(self) -> float:
+        return self.gflops / self.bandwidth_gbs
+
+
+SHERPA_HOST = SherpaHost()
+
+
+@dataclass(frozen=True)
+class SherpaModel:
+    """Decoder shapes. Llama 3.2 1B and 3B as REFERENCE.md gives them
+    (hidden, FFN; K/V one quarter of Q); layers, vocabulary and the other
+    two models from their public configurations."""
+
+    name: str
+    hidden: int
+    layers: int
+    ffn: int
+    q_dim: int
+    kv_dim: int
+    vocab: int
+    tied_embeddings: bool
+
+    def matrices(self) -> list[tuple[str, int, int]]:
+        """(name, n_out, n_in) of one decoder layer's FC weights, in
+        execution order."""
+        h, f = self.hidden, self.ffn
+        return [("q", self.q_dim, h), ("k", self.kv_dim, h), ("v", self.kv_dim, h),
+                ("o", h, self.q_dim), ("gate", f, h), ("up", f, h), ("down", h, f)]
+
+
+SHERPA_MODELS = {m.name: m for m in [
+    SherpaModel("Llama3.2-1B", 2048, 16, 8192, 2048, 512, 128256, True),
+    SherpaModel("Llama3.2-3B", 3072, 28, 8192, 3072, 768, 128256, True),
+    SherpaModel("Qwen3-8B", 4096, 36, 12288, 4096, 1024, 151936, False),
+    SherpaModel("Gemma3-27B", 5376, 62, 21504, 4096, 2048, 262144, True),
+]}
+#: REFERENCE.md studies latency (TTFT) on these two; capacity on all four.
+SHERPA_LATENCY_MODELS = ("Llama3.2-1B", "Llama3.2-3B")

@@ -108,6 +108,14 @@ class AddressMap:
         return addr
 
 
+def pim_padded(n_out: int, n_in: int, total_banks: int, out_regs: int = 8) -> tuple[int, int]:
+    """(rows, columns) a ``n_out x n_in`` matrix occupies in the PIM-aware
+    layout: rows to a multiple of ``total_banks x out_regs``, columns to a
+    multiple of 16 (one burst)."""
+    step = total_banks * out_regs
+    return -(-n_out // step) * step, -(-n_in // LANES) * LANES
+
+
 @dataclass(frozen=True)
 class PimAwareLayout:
     amap: AddressMap
@@ -125,23 +133,23 @@ class PimAwareLayout:
                              f"per bank from row {self.first_row}; the banks have {g.rows}")
 
     @property
-    def rows_per_bank(self) -> int:
-        """R_b: matrix rows per bank, padded to a multiple of out_regs."""
-        b = self.amap.geometry.total_banks
-        per = -(-self.n_out // b)
-        return -(-per // self.out_regs) * self.out_regs
-
-    @property
     def n_out_padded(self) -> int:
-        return self.rows_per_bank * self.amap.geometry.total_banks
-
-    @property
-    def blocks(self) -> int:
-        return -(-self.n_in // LANES)
+        return pim_padded(self.n_out, self.n_in, self.amap.geometry.total_banks,
+                          self.out_regs)[0]
 
     @property
     def n_in_padded(self) -> int:
-        return self.blocks * LANES
+        return pim_padded(self.n_out, self.n_in, self.amap.geometry.total_banks,
+                          self.out_regs)[1]
+
+    @property
+    def rows_per_bank(self) -> int:
+        """R_b: matrix rows per bank, a multiple of out_regs."""
+        return self.n_out_padded // self.amap.geometry.total_banks
+
+    @property
+    def blocks(self) -> int:
+        return self.n_in_padded // LANES
 
     @property
     def words_per_bank(self) -> int:

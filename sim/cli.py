@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 
 from golden.config import POLICIES, PROFILES, ConfigError, load_profile, load_profile_data
+from golden.sherpa_study import SEQ_LENS as SHERPA_SEQ_LENS
+from golden.sherpa_study import SPLIT_BYTES as SHERPA_SPLIT
 from sim.generate import CONFIGS
 from sim.tools import SIMULATORS, ToolError
 
@@ -35,6 +37,16 @@ def _overrides(pairs: list[str]) -> dict[str, int | str]:
         except ValueError:
             raise ConfigError(f"--set {key}: value {value!r} is not an integer") from None
     return out
+
+
+def _int_list(text: str, what: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise ConfigError(f"{what}: {text!r} is not a comma-separated list of integers") from None
+    if not values or min(values) < 1:
+        raise ConfigError(f"{what}: every value must be >= 1, not {text!r}")
+    return values
 
 
 def _emit(data: dict, json_path: str | None) -> None:
@@ -164,11 +176,10 @@ def cmd_bench(args) -> int:
 def cmd_dcs_utilization(args) -> int:
     from golden.studies import dcs_utilization
 
-    def ints(text):
-        return tuple(int(v) for v in text.split(","))
-
-    _emit(dcs_utilization(args.profile, tokens=args.tokens, d_heads=ints(args.d_heads),
-                          groups=ints(args.groups), fc_dims=ints(args.fc_dims),
+    _emit(dcs_utilization(args.profile, tokens=args.tokens,
+                          d_heads=_int_list(args.d_heads, "--d-heads"),
+                          groups=_int_list(args.groups, "--groups"),
+                          fc_dims=_int_list(args.fc_dims, "--fc-dims"),
                           **_overrides(args.set)), args.json)
     return 0
 
@@ -209,8 +220,19 @@ def cmd_dpa_program(args) -> int:
     return 0
 
 
+def cmd_sherpa(args) -> int:
+    from golden.sherpa_study import sherpa_study
+
+    if args.split_bytes < 1:
+        raise ConfigError(f"--split-bytes must be >= 1, not {args.split_bytes}")
+    _emit(sherpa_study(seq_lens=_int_list(args.seq_lens, "--seq-lens"),
+                       split_bytes=args.split_bytes), args.json)
+    return 0
+
+
 STUDIES = {"gemv": cmd_gemv, "dcs-utilization": cmd_dcs_utilization,
-           "dpa-program-size": cmd_dpa_program_size, "dpa-capacity": cmd_dpa_capacity}
+           "dpa-program-size": cmd_dpa_program_size, "dpa-capacity": cmd_dpa_capacity,
+           "sherpa": cmd_sherpa}
 
 
 def cmd_run(args) -> int:
@@ -280,6 +302,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="dpa-capacity: context lengths drawn per dataset (with --seed)")
     s.add_argument("--chunk-bytes", type=int, default=1 << 20,
                    help="dpa-capacity: KV chunk size in bytes (default 1 MB)")
+    s.add_argument("--seq-lens", default=",".join(map(str, SHERPA_SEQ_LENS)),
+                   help="sherpa: prefill input lengths (tokens)")
+    s.add_argument("--split-bytes", type=int, default=SHERPA_SPLIT,
+                   help="sherpa: copy piece size of balanced DDB (default 1 MB)")
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("dpa-program", help="print the QK^T DPA program (hex and disassembly)")

@@ -70,6 +70,14 @@ def test_cli_dpa_studies_json(capsys):
     assert len(json.loads(capsys.readouterr().out)["rows"]) == 16
 
 
+def test_cli_sherpa_json(capsys):
+    assert main(["run", "sherpa", "--seq-lens", "1,2048", "--json", "-"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    first = data["latency"][0]["points"][0]["methods"]
+    assert first["owr"]["vs_duplication"] > first["ddb"]["vs_duplication"] > 1
+    assert [r["model"] for r in data["capacity"]][-1] == "Gemma3-27B"
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["gemv", "--set", "banks=99"], "banks must be an integer"),
     (["gemv", "--set", "nonsense=1"], "unknown configuration key 'nonsense'"),
@@ -79,6 +87,8 @@ def test_cli_dpa_studies_json(capsys):
     (["run", "no-such-study"], "unknown study"),
     (["run", "dpa-program-size", "--d-head", "100"], "d_head=100"),
     (["run", "dpa-capacity", "--requests", "0"], "--requests must be >= 1"),
+    (["run", "sherpa", "--seq-lens", "8,x"], "--seq-lens: '8,x' is not"),
+    (["run", "sherpa", "--split-bytes", "0"], "--split-bytes must be >= 1"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
     assert main(argv) == 2

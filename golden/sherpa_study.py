@@ -1,0 +1,243 @@
+"""PIM-SHERPA: prefill copy/compute timing, TTFT and capacity
+(DESIGN.md §2.7, REFERENCE.md). The layouts and the copy itself are in
+``golden/sherpa.py``.
+
+Decode runs the FC layers on the PIM, which needs the weights in the
+PIM-aware layout in a non-cacheable region. Prefill runs them as host GEMMs
+over the input tokens, which want the host-friendly layout in a cacheable
+region. The methods compared:
+
+``duplication``
+    Both layouts kept: no copies, twice the FC weights.
+``remap``
+    An address-remapping memory controller lets the host read the PIM-aware
+    copy in place: no copies, no extra memory, but new hardware (the ideal
+    comparison point).
+``owr``
+    Online weight rearrangement: one cacheable buffer of the largest
+    matrix; each matrix is copied (swizzled) into it, then its GEMM runs.
+``ddb``
+    DRAM double buffering: two such buffers; the next matrix is copied
+    while the current GEMM runs.
+``ddb-balanced``
+    DDB with the copy split into pieces (``split_bytes``) streaming through
+    the same two buffers used as one ring: the large FFN weights are partly
+    copied during the earlier, shorter Q/K/V/O GEMMs and attention, so the
+    copier never waits for a whole buffer to drain.
+
+Timing (REFERENCE.md, Table 2 of the paper): with ``t`` the time to stream
+a matrix's bytes at the host's DRAM bandwidth, a GEMM over ``SL`` tokens
+takes ``max(1, SL / (FLOP/B)) t``; a copy takes 3 t (read the non-cacheable
+source, read the destination line, write it back); serial execution adds,
+overlapped execution takes the maximum (the copier and the GEMM do not slow
+each other). Attention (QK^T and SV, causal, 2 SL^2 q_dim FLOP per layer)
+runs between the V and O GEMMs at the host's GEMM rate and overlaps copies
+like a GEMM with no weights. TTFT covers the decoder layers; the embedding
+lookup and the last token's LM head (a GEMV on the PIM) are common to every
+method and left out.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+from golden.reference import (
+    SHERPA_HOST,
+    SHERPA_LATENCY_MODELS,
+    SHERPA_MODELS,
+    SherpaHost,
+    SherpaModel,
+)
+from golden.sherpa import Geometry, pim_padded
+
+METHODS = ("duplication", "remap", "owr", "ddb", "ddb-balanced")
+SEQ_LENS = (1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096)
+SPLIT_BYTES = 1 << 20
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One step of prefill: a GEMM over ``nbytes`` of weights (0 for
+    attention) that takes ``compute`` seconds."""
+
+    name: str
+    nbytes: int
+    compute: float
+
+
+def read_time(nbytes: int, host: SherpaHost = SHERPA_HOST) -> float:
+    return nbytes / (host.bandwidth_gbs * 1e9)
+
+
+def gemm_time(nbytes: int, seq_len: int, host: SherpaHost = SHERPA_HOST) -> float:
+    return max(1.0, seq_len / host.flop_per_byte) * read_time(nbytes, host)
+
+
+def copy_time(nbytes: int, host: SherpaHost = SHERPA_HOST) -> float:
+    return host.copy_transactions * read_time(nbytes, host)
+
+
+def attention_time(model: SherpaModel, seq_len: int, host: SherpaHost = SHERPA_HOST) -> float:
+    return 2 * seq_len * seq_len * model.q_dim / (host.gflops * 1e9)
+
+
+def prefill_stages(model: SherpaModel, seq_len: int,
+                   host: SherpaHost = SHERPA_HOST) -> list[Stage]:
+    stages = []
+    for layer in range(model.layers):
+        for name, n_out, n_in in model.matrices():
+            nbytes = 2 * n_out * n_in
+            stages.append(Stage(f"L{layer}.{name}", nbytes, gemm_time(nbytes, seq_len, host)))
+            if name == "v":
+                stages.append(Stage(f"L{layer}.attn", 0, attention_time(model, seq_len, host)))
+    return stages
+
+
+def largest_matrix_bytes(model: SherpaModel) -> int:
+    return max(2 * n_out * n_in for _, n_out, n_in in model.matrices())
+
+
+def pipeline(stages: list[Stage], host: SherpaHost, buffers: int,
+             buffer_bytes: int, split_bytes: int | None = None) -> dict:
+    """Schedule copies and GEMMs through cacheable buffers.
+
+    ``split_bytes`` None: each matrix takes one whole buffer (``buffers``
+    of them); its copy starts when a buffer is free, i.e. when the GEMM of
+    the matrix ``buffers`` places earlier has finished. Otherwise the
+    buffers form one ring of ``buffers x buffer_bytes`` and matrices are
+    copied in pieces of at most ``split_bytes``; a piece is freed when its
+    matrix's GEMM ends. The copier copies in program order, one piece at a
+    time; a GEMM starts when its whole matrix is copied and the previous
+    GEMM has ended. Returns the finish time and the busy times."""
+    whole = split_bytes is None
+    capacity = buffers if whole else buffers * buffer_bytes
+    frees: list[float] = []  # sorted free times of resident pieces (known)
+    sizes: dict[float, int] = {}
+    copier = gemm_end = copy_busy = gemm_busy = copy_wait = 0.0
+    for stage in stages:
+        if stage.nbytes > buffer_bytes:
+            raise ValueError(f"{stage.name}: {stage.nbytes} B does not fit a "
+                             f"{buffer_bytes} B buffer")
+        if whole:
+            pieces = [stage.nbytes] if stage.nbytes else []
+        else:
+            pieces = [min(split_bytes, stage.nbytes - o)
+                      for o in range(0, stage.nbytes, split_bytes)]
+        pending = 0  # units of this matrix already resident (free time unknown)
+        for piece in pieces:
+            units = 1 if whole else piece
+            t = copier
+            # drop pieces freed by t; wait for more while the ring is full
+            while True:
+                k = bisect.bisect_right(frees, t)
+                for f in frees[:k]:
+                    capacity += sizes.pop(f) if f in sizes else 0
+                del frees[:k]
+                if units <= capacity:
+                    break
+                if not frees:
+                    raise ValueError(f"{stage.name}: the buffers cannot hold one matrix")
+                t = frees[0]
+            copy_wait += t - copier
+            capacity -= units
+            pending += units
+            copier = t + copy_time(piece, host)
+            copy_busy += copy_time(piece, host)
+        start = max(copier if pieces else 0.0, gemm_end)
+        gemm_end = start + stage.compute
+        gemm_busy += stage.compute
+        if pending:
+            bisect.insort(frees, gemm_end)
+            sizes[gemm_end] = sizes.get(gemm_end, 0) + pending
+    return {"ttft_s": gemm_end, "copy_s": copy_busy, "compute_s": gemm_busy,
+            "copy_wait_s": copy_wait}
+
+
+def ttft(model: SherpaModel, seq_len: int, method: str, host: SherpaHost = SHERPA_HOST,
+         split_bytes: int = SPLIT_BYTES) -> dict:
+    """TTFT (decoder layers) of one prefill of ``seq_len`` tokens."""
+    stages = prefill_stages(model, seq_len, host)
+    if method in ("duplication", "remap"):
+        compute = sum(s.compute for s in stages)
+        return {"ttft_s": compute, "copy_s": 0.0, "compute_s": compute, "copy_wait_s": 0.0}
+    big = largest_matrix_bytes(model)
+    if method == "owr":
+        return pipeline(stages, host, 1, big)
+    if method == "ddb":
+        return pipeline(stages, host, 2, big)
+    if method == "ddb-balanced":
+        return pipeline(stages, host, 2, big, split_bytes)
+    raise ValueError(f"unknown method {method!r} (known: {', '.join(METHODS)})")
+
+
+def capacity(model: SherpaModel, geometry: Geometry | None = None, out_regs: int = 8) -> dict:
+    """Bytes each method keeps resident for the weights (KV cache and
+    activations are the same for all and not counted). The FC weights and
+    the LM head live once in the PIM-aware layout (padded); tied
+    embeddings are looked up from the LM head's copy, untied ones are an
+    extra host-friendly table; duplication adds a host-friendly copy of
+    the FC weights, OWR one buffer of the largest matrix, DDB two."""
+    banks = (geometry or Geometry()).total_banks
+    fc = fc_pim = 0
+    for _, n_out, n_in in model.matrices():
+        fc += 2 * n_out * n_in * model.layers
+        rows, cols = pim_padded(n_out, n_in, banks, out_regs)
+        fc_pim += 2 * rows * cols * model.layers
+    head = 2 * model.vocab * model.hidden
+    rows, cols = pim_padded(model.vocab, model.hidden, banks, out_regs)
+    head_pim = 2 * rows * cols
+    embed = 0 if model.tied_embeddings else head
+    common = fc_pim + head_pim + embed
+    big = largest_matrix_bytes(model)
+    host_only = fc + head + embed
+    methods = {"duplication": common + fc, "remap": common, "owr": common + big,
+               "ddb": common + 2 * big, "ddb-balanced": common + 2 * big}
+    return {
+        "model": model.name,
+        "host_only_bytes": host_only,
+        "padding_bytes": fc_pim + head_pim - fc - head,
+        "buffer_bytes": big,
+        "methods": {m: {"bytes": b, "gib": round(b / GIB, 3),
+                        "vs_host_only": round(b / host_only, 4)} for m, b in methods.items()},
+    }
+
+
+def sherpa_study(seq_lens=SEQ_LENS, host: SherpaHost = SHERPA_HOST,
+                 split_bytes: int = SPLIT_BYTES) -> dict:
+    """``pimorch run sherpa``: TTFT against input length per method for
+    the latency models, capacity per method for every model."""
+    latency = []
+    for name in SHERPA_LATENCY_MODELS:
+        model = SHERPA_MODELS[name]
+        points = []
+        for sl in seq_lens:
+            runs = {m: ttft(model, sl, m, host, split_bytes) for m in METHODS}
+            base = runs["duplication"]["ttft_s"]
+            points.append({"seq_len": sl, "methods": {m: {
+                "ttft_ms": round(1e3 * r["ttft_s"], 4),
+                "vs_duplication": round(r["ttft_s"] / base, 4),
+                "copy_ms": round(1e3 * r["copy_s"], 4),
+                "copy_wait_ms": round(1e3 * r["copy_wait_s"], 4),
+            } for m, r in runs.items()}})
+        latency.append({"model": name, "points": points,
+                        "ddb_hides_copies_from": hide_point(model, seq_lens, host, split_bytes)})
+    return {
+        "host": {"gflops": host.gflops, "bandwidth_gbs": host.bandwidth_gbs,
+                 "flop_per_byte": round(host.flop_per_byte, 3),
+                 "copy_transactions": host.copy_transactions},
+        "split_bytes": split_bytes,
+        "latency": latency,
+        "capacity": [capacity(m) for m in SHERPA_MODELS.values()],
+    }
+
+
+def hide_point(model: SherpaModel, seq_lens, host: SherpaHost, split_bytes: int):
+    """The first input length at which balanced DDB is within 1 % of
+    duplication (the copies hidden), or None."""
+    for sl in seq_lens:
+        a = ttft(model, sl, "ddb-balanced", host, split_bytes)["ttft_s"]
+        if a <= 1.01 * ttft(model, sl, "duplication", host)["ttft_s"]:
+            return sl
+    return None

@@ -1,0 +1,115 @@
+"""PIM-SHERPA prefill timing and capacity (golden/sherpa_study.py)."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from golden.reference import SHERPA_HOST, SHERPA_MODELS, SherpaHost
+from golden.sherpa_study import (
+    METHODS,
+    Stage,
+    capacity,
+    gemm_time,
+    largest_matrix_bytes,
+    pipeline,
+    read_time,
+    sherpa_study,
+    ttft,
+)
+
+# one byte streams in one second, one FLOP per byte: times are integers
+UNIT = SherpaHost(gflops=1e-9, bandwidth_gbs=1e-9)
+
+
+def test_gemm_time_is_memory_bound_then_grows_with_the_input():
+    t = read_time(1 << 20)
+    fpb = SHERPA_HOST.flop_per_byte
+    assert 4.6 < fpb < 4.8  # 321 GFLOPS / 68.264 GB/s
+    assert gemm_time(1 << 20, 1) == gemm_time(1 << 20, 4) == t
+    assert gemm_time(1 << 20, 64) == pytest.approx(64 / fpb * t)
+
+
+def test_double_buffering_by_hand():
+    # copy 3 s per byte; X: copy 0-6, GEMM 6-7; Y: copy 6-9 (second buffer),
+    # GEMM 9-14; Z waits for X's buffer (free at 7): copy 9-15, GEMM 15-16
+    stages = [Stage("X", 2, 1.0), Stage("Y", 1, 5.0), Stage("Z", 2, 1.0)]
+    assert pipeline(stages, UNIT, 2, 2)["ttft_s"] == 16
+    # one buffer (OWR): copy and GEMM strictly alternate
+    assert pipeline(stages, UNIT, 1, 2)["ttft_s"] == (6 + 1) + (3 + 5) + (6 + 1)
+
+
+def test_ring_copies_ahead_where_whole_buffers_wait():
+    # A: copy 0-3, GEMM 3-13. Whole buffers: B copies 3-9 in the second
+    # buffer; C waits for A's buffer until 13, copies 13-19, GEMM 19-20.
+    # Ring of 4 bytes in 1-byte pieces: C's first byte copies 9-12, the
+    # second waits for A's byte (13) and copies 13-16: GEMM C 16-17.
+    stages = [Stage("A", 1, 10.0), Stage("B", 2, 1.0), Stage("C", 2, 1.0)]
+    assert pipeline(stages, UNIT, 2, 2)["ttft_s"] == 20
+    ring = pipeline(stages, UNIT, 2, 2, split_bytes=1)
+    assert ring["ttft_s"] == 17 and ring["copy_wait_s"] == 1 and ring["copy_s"] == 15
+
+
+def test_a_matrix_larger_than_the_buffer_is_rejected():
+    with pytest.raises(ValueError, match="does not fit"):
+        pipeline([Stage("big", 5, 1.0)], UNIT, 2, 4)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(1, 20)), min_size=1, max_size=12),
+       st.integers(1, 3))
+def test_schedules_are_ordered_and_bounded(spec, split):
+    stages = [Stage(f"s{i}", b, float(c)) for i, (b, c) in enumerate(spec)]
+    big = max(max(b for b, _ in spec), 1)
+    owr = pipeline(stages, UNIT, 1, big)["ttft_s"]
+    ddb = pipeline(stages, UNIT, 2, big)["ttft_s"]
+    ring = pipeline(stages, UNIT, 2, big, split_bytes=split)["ttft_s"]
+    compute = sum(s.compute for s in stages)
+    copies = sum(3 * s.nbytes for s in stages)
+    # one buffer: copy then GEMM, except that a weightless stage (attention)
+    # overlaps the next copy
+    assert owr <= compute + copies
+    if all(s.nbytes for s in stages):
+        assert owr == compute + copies
+    assert max(compute, copies) <= ring <= ddb <= owr
+
+
+def test_llama_ttft_methods():
+    model = SHERPA_MODELS["Llama3.2-1B"]
+    at = {m: ttft(model, 1, m)["ttft_s"] for m in METHODS}
+    assert at["remap"] == at["duplication"]
+    # one token: GEMMs memory bound (t each), copies 3 t: OWR is 4x
+    assert at["owr"] / at["duplication"] == pytest.approx(4, rel=1e-3)
+    assert 3 <= at["ddb-balanced"] / at["duplication"] <= at["ddb"] / at["duplication"] < 3.2
+    # long inputs: DDB hides the copies, OWR keeps paying them
+    long = {m: ttft(model, 2048, m)["ttft_s"] for m in METHODS}
+    assert long["ddb"] / long["duplication"] < 1.001 < long["owr"] / long["duplication"]
+
+
+def test_capacity_accounting():
+    rows = {r["model"]: r for r in (capacity(m) for m in SHERPA_MODELS.values())}
+    m3 = SHERPA_MODELS["Llama3.2-3B"]
+    r3 = rows["Llama3.2-3B"]
+    b = {k: v["bytes"] for k, v in r3["methods"].items()}
+    # K/V 768 -> 1,024 rows in every layer, LM head 128,256 -> 128,512
+    assert r3["padding_bytes"] == 28 * 2 * 256 * 3072 * 2 + 256 * 3072 * 2
+    fc = sum(2 * o * i for _, o, i in m3.matrices()) * m3.layers
+    assert b["duplication"] - b["remap"] == fc
+    big = largest_matrix_bytes(m3)
+    assert b["ddb"] - b["owr"] == b["owr"] - b["remap"] == big == 2 * 3072 * 8192
+    for r in rows.values():
+        ratio = {k: v["vs_host_only"] for k, v in r["methods"].items()}
+        assert 1 <= ratio["remap"] < ratio["owr"] < ratio["ddb"] < 1.05
+        assert 1.7 < ratio["duplication"] < 2
+    # untied embeddings (Qwen3) are an extra table; tied ones are not
+    q = SHERPA_MODELS["Qwen3-8B"]
+    assert rows["Qwen3-8B"]["host_only_bytes"] == (
+        sum(2 * o * i for _, o, i in q.matrices()) * q.layers + 2 * 2 * q.vocab * q.hidden)
+
+
+def test_study_shape():
+    data = sherpa_study(seq_lens=(1, 16, 256))
+    assert [r["model"] for r in data["latency"]] == ["Llama3.2-1B", "Llama3.2-3B"]
+    assert len(data["capacity"]) == 4
+    for r in data["latency"]:
+        assert r["ddb_hides_copies_from"] in (16, 256)
+        assert [p["seq_len"] for p in r["points"]] == [1, 16, 256]
