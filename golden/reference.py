@@ -159,3 +159,27 @@ SHERPA_MODELS = {m.name: m for m in [
 ]}
 #: REFERENCE.md studies latency (TTFT) on these two; capacity on all four.
 SHERPA_LATENCY_MODELS = ("Llama3.2-1B", "Llama3.2-3B")
+
+
+# ---- Heterogeneous PIM for NN training (REFERENCE.md) ----------------------
+
+#: 3D stack: 32 banks (vaults) in a 4 x 8 grid, 444 fixed-function PIMs
+#: (FP32 multiplier + adder pairs) at 312.5 MHz, one programmable PIM
+#: (four in-order cores at 2 GHz).
+HETERO_BANKS = 32
+HETERO_BANK_GRID = (4, 8)
+HETERO_FIXED_UNITS = 444
+HETERO_FIXED_HZ = 312.5e6
+HETERO_PROG_CORES = 4
+HETERO_PROG_HZ = 2e9
+
+#: Batch sizes and the published share of step time of the top operations.
+HETERO_BATCH = {"VGG-19": 32, "AlexNet": 32, "DCGAN": 64}
+HETERO_PROFILE = {
+    "VGG-19": {"Conv2DBackpropFilter": 0.4015, "Conv2DBackpropInput": 0.3268,
+               "BiasAddGrad": 0.1192, "Conv2D": 0.1034, "MaxPoolGrad": 0.0149},
+    "AlexNet": {"Conv2DBackpropFilter": 0.3364, "Conv2DBackpropInput": 0.3346,
+                "MatMul": 0.1354, "Conv2D": 0.1048, "BiasAddGrad": 0.0462},
+    "DCGAN": {"Conv2DBackpropFilter": 0.1998, "Conv2DBackpropInput": 0.1718,
+              "MatMul": 0.1428, "Conv2D": 0.1053, "Mul": 0.0989},
+}

@@ -230,9 +230,25 @@ def cmd_sherpa(args) -> int:
     return 0
 
 
+def cmd_hetero_training(args) -> int:
+    from golden.hetero import WORKLOADS, hetero_study
+
+    workloads = tuple(w.strip() for w in args.workloads.split(","))
+    for w in workloads:
+        if w not in WORKLOADS:
+            raise ConfigError(f"--workloads: unknown workload {w!r} "
+                              f"(known: {', '.join(WORKLOADS)})")
+    if args.steps < 1:
+        raise ConfigError(f"--steps must be >= 1, not {args.steps}")
+    if not 0 <= args.offload_fraction <= 1:
+        raise ConfigError(f"--offload-fraction must be in [0, 1], not {args.offload_fraction}")
+    _emit(hetero_study(workloads, steps=args.steps, fraction=args.offload_fraction), args.json)
+    return 0
+
+
 STUDIES = {"gemv": cmd_gemv, "dcs-utilization": cmd_dcs_utilization,
            "dpa-program-size": cmd_dpa_program_size, "dpa-capacity": cmd_dpa_capacity,
-           "sherpa": cmd_sherpa}
+           "sherpa": cmd_sherpa, "hetero-training": cmd_hetero_training}
 
 
 def cmd_run(args) -> int:
@@ -306,6 +322,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sherpa: prefill input lengths (tokens)")
     s.add_argument("--split-bytes", type=int, default=SHERPA_SPLIT,
                    help="sherpa: copy piece size of balanced DDB (default 1 MB)")
+    s.add_argument("--workloads", default="VGG-19,AlexNet,DCGAN",
+                   help="hetero-training: workloads (comma-separated)")
+    s.add_argument("--steps", type=int, default=4, help="hetero-training: training steps")
+    s.add_argument("--offload-fraction", type=float, default=0.9,
+                   help="hetero-training: share of the step the offloaded op types cover")
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("dpa-program", help="print the QK^T DPA program (hex and disassembly)")

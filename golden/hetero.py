@@ -1,0 +1,733 @@
+"""Heterogeneous PIM for NN training: fixed-function PIMs, a programmable
+PIM and the CPU under one runtime (DESIGN.md §2.7, REFERENCE.md).
+
+Workloads (``build_graph``)
+    Training steps as operation graphs (TensorFlow-style op types): every
+    op has its multiply/add work (what a fixed-function PIM can do), its
+    other work (compares, exponentials: programmable cores only), the bytes
+    it reads and writes, and its dependencies. Step ``s + 1``'s forward op
+    of a layer depends on step ``s``'s weight update of that layer.
+
+Profile (``profile``)
+    One step on the CPU: a roofline time per op; then the op types that
+    REFERENCE.md profiles are scaled to their published shares of the step
+    and the other types together to the remainder, choosing the shortest
+    step in which no op type runs faster than its roofline; memory accesses
+    are the op's bytes in 64 B lines.
+
+Devices (``Devices``, the low-level API)
+    ``pim_fix(op, units)`` runs an op's multiply/add work on ``units``
+    idle fixed-function PIMs; ``pim_prog(op, fix_units)`` runs it on the
+    programmable PIM, which hands the multiply/add part to ``fix_units``
+    fixed-function PIMs (a recursive kernel) when given any;
+    ``pim_status(handle)`` says whether it has finished; ``work_query()``
+    lists the idle resources; ``work_info(handle)`` gives a run's record.
+    The CPU runs an op in its profiled time. A PIM op's time is operation
+    (compute, or streaming its bytes through the banks, whichever is
+    longer) + data movement (bytes its units read from other banks, and
+    flushing CPU-produced inputs from the caches) + synchronization (launch
+    and completion polling).
+
+Runtime (``run``)
+    Rank op types by profiled time and by memory accesses, add the ranks,
+    offload the best-ranked types until they cover ``offload_fraction`` of
+    the step (90 %). An offloaded op goes to fixed-function PIMs when it is
+    pure multiply/add and units are idle (idle units are split over the
+    ready candidates by work), else to the programmable PIM when idle (with
+    idle fixed-function units as a recursive kernel for the multiply/add
+    part), else to the CPU when idle; other ops run on the CPU. Ops start
+    in dependency order; with pipelining, multiply/add ops of later steps
+    (offloaded or not) start on idle fixed-function PIMs as soon as their
+    inputs are ready, otherwise a step waits for the previous one.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field, replace
+
+from golden.reference import (
+    HETERO_BANK_GRID,
+    HETERO_BANKS,
+    HETERO_BATCH,
+    HETERO_FIXED_HZ,
+    HETERO_FIXED_UNITS,
+    HETERO_PROFILE,
+    HETERO_PROG_CORES,
+    HETERO_PROG_HZ,
+)
+
+WORKLOADS = tuple(HETERO_PROFILE)
+MODES = ("cpu-only", "prog-only", "fixed-only", "hetero")
+LINE = 64
+F32 = 4
+
+
+@dataclass(frozen=True)
+class HeteroConfig:
+    """Device figures. From REFERENCE.md: banks, fixed-function units and
+    clock, programmable cores and clock. The rest are project assumptions
+    (no published figure), named here once."""
+
+    fixed_units: int = HETERO_FIXED_UNITS
+    fixed_hz: float = HETERO_FIXED_HZ
+    prog_cores: int = HETERO_PROG_CORES
+    prog_hz: float = HETERO_PROG_HZ
+    placement: str = "edge"  # "edge": corner 3 : edge 2 : centre 1 units; "uniform"
+    # assumptions
+    prog_muladd_per_cycle: float = 4.0  # per core (two-lane FP32 SIMD multiply-add)
+    prog_other_per_cycle: float = 1.0  # per core
+    bank_gbs: float = 10.0  # per bank (vault) internal bandwidth
+    network_gbs: float = 120.0  # logic-layer network between banks
+    cpu_gflops: float = 200.0  # sustained FP32 multiply/add on the host CPU
+    cpu_other_gflops: float = 25.0  # compares, exponentials
+    cpu_gbs: float = 60.0  # host memory bandwidth (and cache flushes)
+    fix_sync_s: float = 2e-6  # pim_fix launch + pim_status completion
+    prog_sync_s: float = 5e-6  # pim_prog launch + completion
+    min_units: int = 8  # smallest fixed-function allocation
+
+    def __post_init__(self):
+        if self.placement not in ("edge", "uniform"):
+            raise ValueError(f"placement must be 'edge' or 'uniform', not {self.placement!r}")
+        for name in ("fixed_units", "prog_cores", "min_units"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0")
+
+
+def placement(units: int = HETERO_FIXED_UNITS, policy: str = "edge") -> list[int]:
+    """Fixed-function units per bank (row-major over the 4 x 8 grid).
+    ``edge``: weights 3 (corner), 2 (edge), 1 (centre), largest-remainder
+    rounding; ``uniform``: as even as possible."""
+    rows, cols = HETERO_BANK_GRID
+    weights = []
+    for r in range(rows):
+        for c in range(cols):
+            border = (r in (0, rows - 1)) + (c in (0, cols - 1))
+            weights.append(1 + border if policy == "edge" else 1)
+    total = sum(weights)
+    exact = [units * w / total for w in weights]
+    counts = [math.floor(x) for x in exact]
+    order = sorted(range(len(exact)), key=lambda i: (counts[i] - exact[i], i))
+    for i in order[:units - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+# ---- workloads --------------------------------------------------------------
+
+
+@dataclass
+class Op:
+    id: int
+    name: str
+    kind: str
+    step: int
+    muladd: float  # FLOPs a fixed-function PIM can do (multiplies and adds)
+    other: float  # FLOPs needing a programmable core
+    nbytes: int  # read + written
+    out_bytes: int
+    deps: list[int] = field(default_factory=list)
+    layer: str = ""
+    cpu_s: float = 0.0  # profiled CPU time
+    accesses: int = 0  # profiled memory accesses (64 B lines)
+
+    @property
+    def fixed_ok(self) -> bool:
+        return self.other == 0 and self.muladd > 0
+
+
+# layer specs: ("conv", cout, k, stride, pad) | ("deconv", cout, k, stride) |
+# ("pool", k, stride) | ("fc", dout) | ("bn",) | ("act", name) | ("loss",)
+def _vgg19():
+    spec = []
+    for cout, n in ((64, 2), (128, 2), (256, 4), (512, 4), (512, 4)):
+        spec += [("conv", cout, 3, 1, 1), ("act", "Relu")] * n + [("pool", 2, 2)]
+    spec += [("fc", 4096), ("act", "Relu"), ("fc", 4096), ("act", "Relu"), ("fc", 1000),
+             ("loss",)]
+    return (3, 224), spec
+
+
+def _alexnet():
+    spec = [("conv", 96, 11, 4, 0), ("act", "Relu"), ("pool", 3, 2),
+            ("conv", 256, 5, 1, 2), ("act", "Relu"), ("pool", 3, 2),
+            ("conv", 384, 3, 1, 1), ("act", "Relu"), ("conv", 384, 3, 1, 1), ("act", "Relu"),
+            ("conv", 256, 3, 1, 1), ("act", "Relu"), ("pool", 3, 2),
+            ("fc", 4096), ("act", "Relu"), ("fc", 4096), ("act", "Relu"), ("fc", 1000),
+            ("loss",)]
+    return (3, 227), spec
+
+
+def _dcgan():
+    # generator (z 100 -> 64 x 64 x 3), then the discriminator on real and
+    # fake images (batch doubled), trained together in one step
+    spec = [("fc", 4 * 4 * 1024), ("reshape", 1024, 4), ("bn",), ("act", "Relu")]
+    for cout in (512, 256, 128):
+        spec += [("deconv", cout, 5, 2), ("bn",), ("act", "Relu")]
+    spec += [("deconv", 3, 5, 2), ("act", "Tanh"), ("double",)]
+    spec += [("conv", 64, 5, 2, 2), ("act", "LeakyRelu")]
+    for cout in (128, 256, 512):
+        spec += [("conv", cout, 5, 2, 2), ("bn",), ("act", "LeakyRelu")]
+    spec += [("fc", 1), ("loss",)]
+    return (100, 1), spec
+
+
+NETWORKS = {"VGG-19": _vgg19, "AlexNet": _alexnet, "DCGAN": _dcgan}
+
+
+class _Builder:
+    def __init__(self, ops: list[Op], step: int):
+        self.ops, self.step = ops, step
+
+    def add(self, name, kind, muladd, other, in_elems, out_elems, deps, layer, w_elems=0):
+        op = Op(len(self.ops), name, kind, self.step, float(muladd), float(other),
+                F32 * int(in_elems + out_elems + w_elems), F32 * int(out_elems),
+                [d for d in deps if d is not None], layer)
+        self.ops.append(op)
+        return op.id
+
+
+def build_graph(workload: str, steps: int = 1, batch: int | None = None) -> list[Op]:
+    """``steps`` training steps of ``workload`` as one op graph."""
+    if workload not in NETWORKS:
+        raise ValueError(f"unknown workload {workload!r} (known: {', '.join(NETWORKS)})")
+    if steps < 1:
+        raise ValueError("steps must be >= 1")
+    n = batch or HETERO_BATCH[workload]
+    (c0, h0), spec = NETWORKS[workload]()
+    ops: list[Op] = []
+    updates: dict[str, int] = {}  # layer -> weight-update op of the previous step
+    for step in range(steps):
+        b = _Builder(ops, step)
+        c, h, first_weighted = c0, h0, True
+        batch_n = n
+        # the step's input: normalised images (a multiply/add per pixel, no
+        # dependency on the previous step), or the generator's noise
+        if h0 > 1:
+            e = n * c0 * h0 * h0
+            last = b.add("input.normalize", "Sub", e, 0, e, e, [], "input")
+        else:
+            last = b.add("input.noise", "RandomStandardNormal", 0, n * c0, 0, n * c0, [],
+                         "input")
+        grads = []  # backward closures, run in reverse
+        for li, layer in enumerate(spec):
+            kind, name = layer[0], f"{layer[0]}{li}"
+            elems_in = batch_n * c * h * h
+            if kind == "conv":
+                _, cout, k, s, p = layer
+                ho = (h + 2 * p - k) // s + 1
+                out, w = batch_n * cout * ho * ho, cout * c * k * k
+                macs = 2 * out * c * k * k
+                fwd = b.add(f"{name}.fwd", "Conv2D", macs, 0, elems_in, out,
+                            [last, updates.get(name)], name, w)
+                last = b.add(f"{name}.bias", "BiasAdd", out, 0, out, out, [fwd], name, cout)
+                grads.append((name, "conv", fwd, elems_in, out, w, cout, macs, first_weighted))
+                c, h, first_weighted = cout, ho, False
+            elif kind == "deconv":
+                _, cout, k, s = layer
+                ho = h * s
+                out, w = batch_n * cout * ho * ho, cout * c * k * k
+                macs = 2 * elems_in * cout * k * k
+                last = b.add(f"{name}.fwd", "Conv2DBackpropInput", macs, 0, elems_in, out,
+                             [last, updates.get(name)], name, w)
+                grads.append((name, "deconv", last, elems_in, out, w, 0, macs, False))
+                c, h = cout, ho
+            elif kind == "fc":
+                _, dout = layer
+                din = c * h * h
+                w, out = din * dout, batch_n * dout
+                macs = 2 * batch_n * din * dout
+                fwd = b.add(f"{name}.fwd", "MatMul", macs, 0, elems_in, out,
+                            [last, updates.get(name)], name, w)
+                last = b.add(f"{name}.bias", "BiasAdd", out, 0, out, out, [fwd], name, dout)
+                grads.append((name, "fc", fwd, elems_in, out, w, dout, macs, first_weighted))
+                c, h, first_weighted = dout, 1, False
+            elif kind == "reshape":
+                c, h = layer[1], layer[2]
+            elif kind == "double":  # real images join the generated ones
+                e = batch_n * c * h * h
+                real = b.add("real.normalize", "Sub", e, 0, e, e, [], "real")
+                last = b.add("real.concat", "ConcatV2", 0, 2 * e, 2 * e, 2 * e, [last, real],
+                             "real")
+                batch_n *= 2
+            elif kind == "pool":
+                _, k, s = layer
+                ho = (h - k) // s + 1
+                out = batch_n * c * ho * ho
+                last = b.add(f"{name}.fwd", "MaxPool", 0, out * k * k, elems_in, out, [last],
+                             name)
+                grads.append((name, "pool", last, elems_in, out, 0, 0, out * k * k, False))
+                h = ho
+            elif kind == "bn":
+                stats = b.add(f"{name}.moments", "Moments", 2 * elems_in, c, elems_in, 2 * c,
+                              [last], name)
+                last = b.add(f"{name}.scale", "Mul", 2 * elems_in, 0, elems_in, elems_in,
+                             [stats, updates.get(name)], name, 2 * c)
+                grads.append((name, "bn", last, elems_in, elems_in, 2 * c, c, 0, False))
+            elif kind == "act":
+                mul = elems_in if layer[1] == "LeakyRelu" else 0  # slope on negatives
+                last = b.add(f"{name}.fwd", layer[1], mul, elems_in, elems_in, elems_in, [last],
+                             name)
+                grads.append((name, "act", last, elems_in, elems_in, 0, 0, 0, layer[1]))
+            elif kind == "loss":
+                classes = c * h * h
+                last = b.add(f"{name}.xent", "SoftmaxCrossEntropy", 2 * batch_n * classes,
+                             batch_n * classes, elems_in, elems_in, [last], name)
+        # backward: grad is the op producing the gradient of the current output
+        grad = last
+        step_updates = {}
+        for name, kind, fwd, e_in, e_out, w, bias, macs, extra in reversed(grads):
+            if kind in ("conv", "fc"):
+                first = extra
+                kinds = ("Conv2DBackpropFilter", "Conv2DBackpropInput") if kind == "conv" \
+                    else ("MatMul", "MatMul")
+                bg = b.add(f"{name}.bias_grad", "BiasAddGrad", e_out, 0, e_out, bias, [grad],
+                           name)
+                wg = b.add(f"{name}.w_grad", kinds[0], macs, 0, e_in + e_out, w, [grad, fwd],
+                           name)
+                new = grad if first else b.add(f"{name}.in_grad", kinds[1], macs, 0, e_out,
+                                               e_in, [grad], name, w)
+                step_updates[name] = b.add(f"{name}.update", "ApplyGradientDescent",
+                                           2 * (w + bias), 0, 2 * (w + bias), w + bias,
+                                           [wg, bg], name)
+                grad = new
+            elif kind == "deconv":
+                wg = b.add(f"{name}.w_grad", "Conv2DBackpropFilter", macs, 0, e_in + e_out, w,
+                           [grad, fwd], name)
+                grad = b.add(f"{name}.in_grad", "Conv2D", macs, 0, e_out, e_in, [grad], name, w)
+                step_updates[name] = b.add(f"{name}.update", "ApplyGradientDescent", 2 * w, 0,
+                                           2 * w, w, [wg], name)
+            elif kind == "pool":
+                grad = b.add(f"{name}.grad", "MaxPoolGrad", e_in, macs, e_in + e_out, e_in,
+                             [grad, fwd], name)
+            elif kind == "bn":
+                sg = b.add(f"{name}.scale_grad", "Sum", 2 * e_in, 0, 2 * e_in, w, [grad], name)
+                grad = b.add(f"{name}.grad", "Mul", 2 * e_in, 0, 2 * e_in, e_in, [grad, fwd],
+                             name)
+                step_updates[name] = b.add(f"{name}.update", "ApplyGradientDescent", 2 * w, 0,
+                                           2 * w, w, [sg], name)
+            elif kind == "act":  # compare, then scale the gradient (mixed)
+                grad = b.add(f"{name}.grad", f"{extra}Grad", e_in, e_in, 2 * e_in, e_in,
+                             [grad, fwd], name)
+        updates = step_updates
+    return ops
+
+
+# ---- profile and ranking ----------------------------------------------------
+
+
+def profile(ops: list[Op], workload: str, cfg: HeteroConfig = HeteroConfig()) -> dict:
+    """Set ``cpu_s`` and ``accesses`` of every op (calibrated to the
+    published shares of ``workload``); returns per-type totals of step 0."""
+    shares = HETERO_PROFILE[workload]
+    missing = set(shares) - {op.kind for op in ops}
+    if missing:
+        raise ValueError(f"{workload}: the graph has no {sorted(missing)} ops")
+    for op in ops:
+        op.cpu_s = max(op.muladd / (cfg.cpu_gflops * 1e9) + op.other / (cfg.cpu_other_gflops
+                                                                        * 1e9),
+                       op.nbytes / (cfg.cpu_gbs * 1e9))
+        op.accesses = -(-op.nbytes // LINE)
+    step0 = [op for op in ops if op.step == 0]
+    raw: dict[str, float] = {}
+    for op in step0:
+        raw[op.kind] = raw.get(op.kind, 0.0) + op.cpu_s
+    rest = sum(t for k, t in raw.items() if k not in shares)
+    rest_share = 1 - sum(shares.values())
+    # the smallest step in which no op type beats its roofline
+    total = max([rest / rest_share] + [raw[k] / shares[k] for k in shares])
+    scale = {k: shares[k] * total / raw[k] for k in shares}
+    for op in ops:
+        op.cpu_s *= scale.get(op.kind, rest_share * total / rest)
+    types: dict[str, dict] = {}
+    for op in step0:
+        t = types.setdefault(op.kind, {"time_s": 0.0, "accesses": 0, "ops": 0,
+                                       "fixed_ok": True})
+        t["time_s"] += op.cpu_s
+        t["accesses"] += op.accesses
+        t["ops"] += 1
+        t["fixed_ok"] &= op.fixed_ok
+    return types
+
+
+def rank_offload(types: dict[str, dict], fraction: float = 0.9) -> list[str]:
+    """Op types to offload: rank by time and by accesses (1 = largest), add
+    the ranks, take the best sums (ties: more time first) until they cover
+    ``fraction`` of the step time."""
+    if not 0 <= fraction <= 1:
+        raise ValueError(f"offload fraction must be in [0, 1], not {fraction}")
+    by_time = sorted(types, key=lambda k: -types[k]["time_s"])
+    by_acc = sorted(types, key=lambda k: -types[k]["accesses"])
+    score = {k: by_time.index(k) + by_acc.index(k) + 2 for k in types}
+    order = sorted(types, key=lambda k: (score[k], -types[k]["time_s"], k))
+    total = sum(t["time_s"] for t in types.values())
+    chosen, covered = [], 0.0
+    for k in order:
+        if covered >= fraction * total - 1e-12 * total:
+            break
+        chosen.append(k)
+        covered += types[k]["time_s"]
+    return chosen
+
+
+# ---- the simulated devices and the low-level API ------------------------------
+
+
+@dataclass
+class Run:
+    handle: int
+    op: int
+    device: str  # "cpu", "fixed", "prog"
+    start: float
+    end: float
+    units: list[int]  # fixed-function units per bank held
+    operation: float
+    movement: float
+    sync: float
+    recursive: bool = False
+    freed: bool = False
+
+
+class Devices:
+    """The CPU, the fixed-function PIM pool and the programmable PIM."""
+
+    def __init__(self, cfg: HeteroConfig, ops: list[Op], fixed: bool = True,
+                 prog: bool = True):
+        self.cfg, self.ops = cfg, ops
+        self.per_bank = placement(cfg.fixed_units, cfg.placement) if fixed else [0] * \
+            HETERO_BANKS
+        self.idle_bank = list(self.per_bank)
+        self.has_prog = prog and cfg.prog_cores > 0
+        self.prog_busy = self.cpu_busy = False
+        self.now = 0.0
+        self.runs: dict[int, Run] = {}
+        self.where: dict[int, str] = {}  # op -> device it ran on
+
+    # API ------------------------------------------------------------------
+    def work_query(self) -> dict:
+        return {"fixed_idle": sum(self.idle_bank), "prog_idle": self.has_prog and not
+                self.prog_busy, "cpu_idle": not self.cpu_busy}
+
+    def pim_fix(self, op: Op, units: int) -> int:
+        if not op.fixed_ok:
+            raise ValueError(f"{op.name}: {op.kind} is not a multiply/add kernel")
+        held = self._take(units)
+        operation, movement = self._fixed_time(op, held)
+        return self._start(op, "fixed", held, operation, movement, self.cfg.fix_sync_s)
+
+    # runtime-side estimates (no placement: remote reads not known yet)
+    def estimate_fixed(self, op: Op, units: int) -> float:
+        held = [units] + [0] * (HETERO_BANKS - 1)
+        operation, _ = self._fixed_time(op, held)
+        return operation + self._flush(op) + self.cfg.fix_sync_s
+
+    def estimate_prog(self, op: Op, fix_units: int = 0) -> float:
+        held = [fix_units] + [0] * (HETERO_BANKS - 1)
+        operation, _, sync = self._prog_time(op, held)
+        return operation + self._flush(op) + sync
+
+    def fixed_releases(self) -> list[tuple[float, int]]:
+        """(end time, units idle by then beyond the idle ones) of the
+        running runs holding fixed-function units, by end time."""
+        out, freed = [], 0
+        for r in sorted((r for r in self.runs.values() if not r.freed and sum(r.units)),
+                        key=lambda r: r.end):
+            freed += sum(r.units)
+            out.append((r.end, freed))
+        return out
+
+    def pim_prog(self, op: Op, fix_units: int = 0) -> int:
+        if not self.has_prog or self.prog_busy:
+            raise ValueError("the programmable PIM is busy or absent")
+        held = self._take(fix_units) if fix_units and op.muladd else [0] * HETERO_BANKS
+        operation, movement, sync = self._prog_time(op, held)
+        self.prog_busy = True
+        h = self._start(op, "prog", held, operation, movement, sync)
+        self.runs[h].recursive = bool(sum(held))
+        return h
+
+    def pim_status(self, handle: int) -> str:
+        run = self.runs[handle]
+        return "done" if run.end <= self.now else "running"
+
+    def work_info(self, handle: int) -> dict:
+        r = self.runs[handle]
+        return {"op": self.ops[r.op].name, "device": r.device, "start": r.start, "end": r.end,
+                "units": sum(r.units), "operation": r.operation, "movement": r.movement,
+                "sync": r.sync, "recursive": r.recursive}
+
+    # the CPU and the clock ---------------------------------------------------
+    def cpu_run(self, op: Op) -> int:
+        if self.cpu_busy:
+            raise ValueError("the CPU is busy")
+        self.cpu_busy = True
+        return self._start(op, "cpu", [0] * HETERO_BANKS, op.cpu_s, 0.0, 0.0)
+
+    def advance(self, t: float) -> list[Run]:
+        """Move the clock to ``t``; release and return the runs ended by then."""
+        self.now = t
+        ended = [r for r in self.runs.values() if r.end <= t and not r.freed]
+        for r in ended:
+            r.freed = True
+            for b, u in enumerate(r.units):
+                self.idle_bank[b] += u
+            if r.device == "prog":
+                self.prog_busy = False
+            elif r.device == "cpu":
+                self.cpu_busy = False
+        return ended
+
+    # internals -------------------------------------------------------------
+    def _take(self, units: int) -> list[int]:
+        if units < 1 or units > sum(self.idle_bank):
+            raise ValueError(f"{units} fixed-function units requested, "
+                             f"{sum(self.idle_bank)} idle")
+        held = [0] * HETERO_BANKS
+        for _ in range(units):  # one at a time from the bank with the most idle
+            b = max(range(HETERO_BANKS), key=lambda i: (self.idle_bank[i], -i))
+            self.idle_bank[b] -= 1
+            held[b] += 1
+        return held
+
+    def _flush(self, op: Op) -> float:
+        """Inputs produced on the CPU are written back from its caches."""
+        dirty = sum(self.ops[d].out_bytes for d in op.deps if self.where.get(d) == "cpu")
+        return dirty / (self.cfg.cpu_gbs * 1e9)
+
+    def _prog_time(self, op: Op, held: list[int]) -> tuple[float, float, float]:
+        cfg = self.cfg
+        other = op.other / (cfg.prog_cores * cfg.prog_hz * cfg.prog_other_per_cycle)
+        if sum(held):  # recursive kernel: the multiply/add part on held units
+            fix_op, movement = self._fixed_time(op, held)
+            return max(other, fix_op), movement, cfg.prog_sync_s + cfg.fix_sync_s
+        muladd = op.muladd / (cfg.prog_cores * cfg.prog_hz * cfg.prog_muladd_per_cycle)
+        stream = op.nbytes / (HETERO_BANKS * cfg.bank_gbs * 1e9)
+        return max(muladd + other, stream), self._flush(op), cfg.prog_sync_s
+
+    def _fixed_time(self, op: Op, held: list[int]) -> tuple[float, float]:
+        cfg, units = self.cfg, sum(held)
+        compute = op.muladd / (2 * units * cfg.fixed_hz)
+        stream = op.nbytes / (HETERO_BANKS * cfg.bank_gbs * 1e9)
+        # work is spread over the units, data evenly over all banks: a bank
+        # whose units take more than 1/32 of the work reads the rest remotely
+        remote = sum(max(0.0, u / units - 1 / HETERO_BANKS) for u in held) * op.nbytes
+        return max(compute, stream), remote / (cfg.network_gbs * 1e9) + self._flush(op)
+
+    def _start(self, op, device, held, operation, movement, sync) -> int:
+        h = len(self.runs)
+        end = self.now + operation + movement + sync
+        self.runs[h] = Run(h, op.id, device, self.now, end, held, operation, movement, sync)
+        self.where[op.id] = device
+        return h
+
+
+# ---- the runtime ----------------------------------------------------------------
+
+
+def useful_units(op: Op, cfg: HeteroConfig) -> int:
+    """Fixed-function units beyond which ``op`` is bound by streaming its
+    bytes through the banks (more would sit idle)."""
+    stream = op.nbytes / (HETERO_BANKS * cfg.bank_gbs * 1e9)
+    if stream <= 0:
+        return max(1, cfg.fixed_units)
+    return max(1, min(cfg.fixed_units, math.ceil(op.muladd / (2 * cfg.fixed_hz * stream))))
+
+
+def run(ops: list[Op], offload: list[str], cfg: HeteroConfig = HeteroConfig(),
+        fixed: bool = True, prog: bool = True, pipelining: bool = True,
+        recursive: bool = True) -> dict:
+    """Schedule the profiled graph through the device API.
+
+    At every event the ready ops are visited in (step, id) order. Each
+    gets the options its class allows (an offloaded multiply/add op:
+    fixed-function PIMs now, or after running ones release units; an
+    offloaded op: the programmable PIM if idle; an op of the current step:
+    the CPU if idle) with an estimated finish from ``work_query`` and
+    ``work_info``; the earliest wins, ties going to the preferred device
+    (fixed-function, programmable, CPU): a device counts as busy when
+    waiting for it would finish later than the next device. Units now are
+    the op's share of the idle units by work among the ready
+    fixed-function candidates, capped by ``useful_units``."""
+    dev = Devices(cfg, ops, fixed=fixed, prog=prog)
+    offloaded = set(offload)
+    waiting = {op.id: len(op.deps) for op in ops}
+    users: dict[int, list[int]] = {op.id: [] for op in ops}
+    for op in ops:
+        for d in op.deps:
+            users[d].append(op.id)
+    ready = sorted(i for i, n in waiting.items() if n == 0)
+    left_in_step: dict[int, int] = {}
+    for op in ops:
+        left_in_step[op.step] = left_in_step.get(op.step, 0) + 1
+    running: dict[int, int] = {}  # handle -> op
+    done = pipelined = 0
+    while done < len(ops):
+        current = min(s for s, n in left_in_step.items() if n)
+
+        def to_fixed(op, current=current):
+            if not op.fixed_ok or not fixed:
+                return False
+            if op.step > current:  # pipelined onto idle fixed-function PIMs
+                return pipelining
+            return op.kind in offloaded
+
+        work = sum(ops[i].muladd for i in ready if to_fixed(ops[i]))
+        started = []
+        for i in ready:
+            op = ops[i]
+            later = op.step > current
+            q = dev.work_query()
+            options = []  # (estimated finish from now, preference, action, units)
+            useful = useful_units(op, cfg)
+            if to_fixed(op):
+                share = math.floor(q["fixed_idle"] * op.muladd / work) if work else 0
+                units = min(q["fixed_idle"], useful, max(cfg.min_units, share))
+                work -= op.muladd
+                if units >= min(cfg.min_units, useful):
+                    options.append((dev.estimate_fixed(op, units), 0, "fixed", units))
+                for end, freed in dev.fixed_releases():
+                    more = min(useful, q["fixed_idle"] + freed)
+                    options.append((end - dev.now + dev.estimate_fixed(op, more), 1, "wait", 0))
+            if not later:
+                if op.kind in offloaded and q["prog_idle"]:
+                    spare = 0  # a recursive kernel's units: as many as useful, not
+                    # more than an even split of the idle ones with the other candidates
+                    if recursive and op.muladd and q["fixed_idle"] >= cfg.min_units:
+                        spare = min(q["fixed_idle"], useful)
+                        if op.fixed_ok and to_fixed(op):
+                            spare = min(spare, units)
+                    options.append((dev.estimate_prog(op, spare), 2, "prog", spare))
+                if q["cpu_idle"]:
+                    options.append((op.cpu_s, 3, "cpu", 0))
+            if not options:
+                continue
+            _, _, action, units = min(options)
+            if action == "wait":
+                continue
+            if action == "fixed":
+                running[dev.pim_fix(op, units)] = i
+                pipelined += later
+            elif action == "prog":
+                running[dev.pim_prog(op, units)] = i
+            else:
+                running[dev.cpu_run(op)] = i
+            started.append(i)
+        for i in started:
+            ready.remove(i)
+        if not running:
+            raise RuntimeError("deadlock: nothing running and nothing can start")
+        t = min(dev.work_info(h)["end"] for h in running)
+        for r in dev.advance(t):
+            if r.handle not in running:
+                continue
+            assert dev.pim_status(r.handle) == "done"
+            i = running.pop(r.handle)
+            done += 1
+            left_in_step[ops[i].step] -= 1
+            for u in users[i]:
+                waiting[u] -= 1
+                if waiting[u] == 0:
+                    ready.append(u)
+        ready.sort(key=lambda i: (ops[i].step, i))
+    return {"devices": dev, "pipelined_ops": pipelined}
+
+
+def critical_path(ops: list[Op], runs: list[Run]) -> dict:
+    """Walk back from the last run: each run's predecessor is the
+    dependency that ended last if it ended at the run's start, otherwise
+    the run that ended last before the start (the device it waited for).
+    Returns seconds per category; they add up to the makespan."""
+    by_op = {r.op: r for r in runs}
+    ends = sorted(runs, key=lambda r: r.end)
+    end_times = [r.end for r in ends]
+    cats = {"cpu": 0.0, "fixed": 0.0, "prog": 0.0, "movement": 0.0, "sync": 0.0, "wait": 0.0}
+    r = max(runs, key=lambda r: (r.end, r.handle))
+    while r is not None:
+        cats[r.device] += r.operation
+        cats["movement"] += r.movement
+        cats["sync"] += r.sync
+        deps = [by_op[d] for d in ops[r.op].deps]
+        prev = max(deps, key=lambda d: d.end, default=None)
+        if prev is None or prev.end < r.start - 1e-15:
+            k = bisect.bisect_right(end_times, r.start + 1e-15)
+            cands = [x for x in ends[:k] if x is not r]
+            prev = cands[-1] if cands else None
+        if prev is None:
+            cats["wait"] += r.start
+        else:
+            cats["wait"] += max(0.0, r.start - prev.end)
+        r = prev
+    return cats
+
+
+def scenario(workload: str, mode: str, steps: int = 4, fraction: float = 0.9,
+             cfg: HeteroConfig = HeteroConfig(), pipelining: bool = True,
+             recursive: bool = True) -> dict:
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r} (known: {', '.join(MODES)})")
+    ops = build_graph(workload, steps)
+    types = profile(ops, workload, cfg)
+    offload = [] if mode == "cpu-only" else rank_offload(types, fraction)
+    fixed = mode in ("fixed-only", "hetero")
+    prog = mode in ("prog-only", "hetero")
+    if mode != "hetero":
+        pipelining = recursive = False
+    out = run(ops, offload, cfg, fixed=fixed, prog=prog, pipelining=pipelining,
+              recursive=recursive)
+    dev: Devices = out["devices"]
+    runs = list(dev.runs.values())
+    makespan = max(r.end for r in runs)
+    busy = {"cpu": 0.0, "prog": 0.0}
+    unit_s = 0.0
+    count = {"cpu": 0, "fixed": 0, "prog": 0}
+    for r in runs:
+        count[r.device] += 1
+        if r.device in busy:
+            busy[r.device] += r.end - r.start
+        unit_s += sum(r.units) * (r.end - r.start)
+    cats = critical_path(ops, runs)
+    return {
+        "workload": workload, "mode": mode, "steps": steps,
+        "step_ms": round(1e3 * makespan / steps, 4),
+        "breakdown_ms": {k: round(1e3 * v / steps, 4) for k, v in cats.items()},
+        "utilization": {"cpu": round(busy["cpu"] / makespan, 4),
+                        "prog": round(busy["prog"] / makespan, 4),
+                        "fixed": round(unit_s / (cfg.fixed_units * makespan), 4)
+                        if cfg.fixed_units else 0.0},
+        "ops_on": count,
+        "recursive_calls": sum(r.recursive for r in runs),
+        "pipelined_ops": out["pipelined_ops"],
+        "offloaded": offload,
+        "pipelining": pipelining, "recursive": recursive,
+    }
+
+
+def hetero_study(workloads=WORKLOADS, steps: int = 4, fraction: float = 0.9,
+                 cfg: HeteroConfig = HeteroConfig()) -> dict:
+    """``pimorch run hetero-training``."""
+    rows = []
+    for w in workloads:
+        ops = build_graph(w, 1)
+        types = profile(ops, w, cfg)
+        total = sum(t["time_s"] for t in types.values())
+        runs = {m: scenario(w, m, steps, fraction, cfg) for m in MODES}
+        runs["hetero-no-pipelining"] = scenario(w, "hetero", steps, fraction, cfg,
+                                                pipelining=False)
+        runs["hetero-no-recursion"] = scenario(w, "hetero", steps, fraction, cfg,
+                                               recursive=False)
+        runs["hetero-uniform-placement"] = scenario(w, "hetero", steps, fraction,
+                                                    replace(cfg, placement="uniform"))
+        base = runs["cpu-only"]["step_ms"]
+        for r in runs.values():
+            r["speedup_vs_cpu"] = round(base / r["step_ms"], 4)
+        rows.append({
+            "workload": w, "batch": HETERO_BATCH[w], "ops_per_step": len(ops),
+            "profile": {k: {"share": round(t["time_s"] / total, 4), "accesses": t["accesses"],
+                            "ops": t["ops"], "fixed_function": t["fixed_ok"]}
+                        for k, t in sorted(types.items(), key=lambda kv: -kv[1]["time_s"])},
+            "modes": runs,
+        })
+    return {"config": {k: v for k, v in cfg.__dict__.items()},
+            "fixed_units_per_bank": placement(cfg.fixed_units, cfg.placement),
+            "offload_fraction": fraction, "rows": rows}
+
