@@ -139,6 +139,29 @@ def bench_rtl_hub(sim: str) -> dict:
     return out
 
 
+def bench_golden_studies() -> dict:
+    """Wall time of the golden-only studies (PIM-SHERPA, heterogeneous
+    training) and the heterogeneous runtime's scheduling rate."""
+    from golden.hetero import build_graph, hetero_study, profile, rank_offload, run
+    from golden.sherpa_study import sherpa_study
+
+    start = time.perf_counter()
+    sherpa = sherpa_study()
+    sherpa_s = time.perf_counter() - start
+    start = time.perf_counter()
+    hetero_study()
+    hetero_s = time.perf_counter() - start
+    ops = build_graph("VGG-19", 8)
+    offload = rank_offload(profile(ops, "VGG-19"))
+    start = time.perf_counter()
+    run(ops, offload)
+    run_s = time.perf_counter() - start
+    return {"sherpa_wall_s": round(sherpa_s, 2),
+            "sherpa_points": sum(len(r["points"]) for r in sherpa["latency"]),
+            "hetero_training_wall_s": round(hetero_s, 2),
+            "hetero_runtime_ops_per_s": round(len(ops) / run_s)}
+
+
 def bench(out: Path | None, sims: list[str]) -> dict:
     report = {
         "benchmark": f"GEMV {GEMV_SHAPE[0]}x{GEMV_SHAPE[1]} on one channel, static controller",
@@ -152,6 +175,7 @@ def bench(out: Path | None, sims: list[str]) -> dict:
         "rtl_dcs_kernel": {sim: bench_rtl_kernel(sim) for sim in sims},
         "golden_hub": bench_golden_hub(),
         "rtl_hub": {sim: bench_rtl_hub(sim) for sim in sims},
+        "golden_studies": bench_golden_studies(),
     }
     for r in report["rtl"].values():
         if r.get("cycles_per_s"):

@@ -1,0 +1,180 @@
+"""Heterogeneous PIM training runtime (golden/hetero.py)."""
+
+import pytest
+
+from golden.hetero import (
+    MODES,
+    WORKLOADS,
+    Devices,
+    HeteroConfig,
+    build_graph,
+    critical_path,
+    placement,
+    profile,
+    rank_offload,
+    run,
+    scenario,
+    useful_units,
+)
+from golden.reference import HETERO_FIXED_UNITS, HETERO_PROFILE
+
+CFG = HeteroConfig()
+
+
+def test_placement_favours_corners_then_edges():
+    counts = placement()
+    assert len(counts) == 32 and sum(counts) == HETERO_FIXED_UNITS == 444
+    grid = [counts[r * 8:(r + 1) * 8] for r in range(4)]
+    corners = [grid[0][0], grid[0][7], grid[3][0], grid[3][7]]
+    edges = grid[0][1:7] + grid[3][1:7] + [grid[1][0], grid[2][0], grid[1][7], grid[2][7]]
+    centre = grid[1][1:7] + grid[2][1:7]
+    assert min(corners) > max(edges) >= min(edges) > max(centre)
+    uniform = placement(444, "uniform")
+    assert sum(uniform) == 444 and max(uniform) - min(uniform) <= 1
+    with pytest.raises(ValueError, match="placement"):
+        HeteroConfig(placement="middle")
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_profile_matches_the_published_shares(workload):
+    ops = build_graph(workload, 1)
+    roofline = {op.id: max(op.muladd / (CFG.cpu_gflops * 1e9) + op.other / (
+        CFG.cpu_other_gflops * 1e9), op.nbytes / (CFG.cpu_gbs * 1e9)) for op in ops}
+    types = profile(ops, workload)
+    total = sum(t["time_s"] for t in types.values())
+    for kind, share in HETERO_PROFILE[workload].items():
+        assert types[kind]["time_s"] / total == pytest.approx(share, rel=1e-9)
+    # no op runs faster than its roofline, and one profiled type sits on it
+    assert all(op.cpu_s >= roofline[op.id] * (1 - 1e-12) for op in ops)
+    assert any(op.cpu_s == pytest.approx(roofline[op.id]) for op in ops
+               if op.kind in HETERO_PROFILE[workload])
+    assert all(op.accesses == -(-op.nbytes // 64) for op in ops)
+
+
+def test_rank_offload_by_hand():
+    types = {"A": {"time_s": 50, "accesses": 10}, "B": {"time_s": 30, "accesses": 40},
+             "C": {"time_s": 15, "accesses": 5}, "D": {"time_s": 5, "accesses": 45}}
+    # rank sums: A 1+3, B 2+2, D 4+1, C 3+4; ties by time
+    assert rank_offload(types, 0.8) == ["A", "B"]
+    assert rank_offload(types, 0.85) == ["A", "B", "D"]
+    assert rank_offload(types, 0.9) == ["A", "B", "D", "C"]
+    assert rank_offload(types, 0.0) == []
+    with pytest.raises(ValueError, match="fraction"):
+        rank_offload(types, 1.5)
+
+
+def test_graph_dependencies_link_steps_through_weight_updates():
+    ops = build_graph("AlexNet", 2)
+    by_name = {(op.step, op.name): op for op in ops}
+    conv = by_name[(1, "conv0.fwd")]
+    update = by_name[(0, "conv0.update")]
+    assert update.id in conv.deps and by_name[(1, "input.normalize")].id in conv.deps
+    assert not by_name[(1, "input.normalize")].deps  # free to run ahead
+    assert "conv0.in_grad" not in {op.name for op in ops}  # no gradient for the image
+    # 11 x 11 convolution: 121 multiplications and 120 additions per output,
+    # counted as 2 x 121 FLOP (the bias add is its own op)
+    out = 32 * 96 * 55 * 55
+    assert by_name[(0, "conv0.fwd")].muladd == 2 * 121 * 3 * out
+
+
+def _check_schedule(ops, dev, pipelining):
+    runs = list(dev.runs.values())
+    assert sorted(r.op for r in runs) == [op.id for op in ops]  # each op once
+    end = {r.op: r.end for r in runs}
+    for r in runs:
+        assert all(r.start >= end[d] - 1e-15 for d in ops[r.op].deps)
+    # resources: units per bank, one programmable PIM, one CPU, at every start
+    for t in sorted({r.start for r in runs}):
+        live = [r for r in runs if r.start <= t < r.end]
+        for b in range(32):
+            assert sum(r.units[b] for r in live) <= dev.per_bank[b]
+        assert sum(r.device == "prog" for r in live) <= 1
+        assert sum(r.device == "cpu" for r in live) <= 1
+    if not pipelining:
+        last = {}
+        for r in runs:
+            s = ops[r.op].step
+            last[s] = max(last.get(s, 0.0), r.end)
+        for r in runs:
+            s = ops[r.op].step
+            assert s == 0 or r.start >= last[s - 1] - 1e-15
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+@pytest.mark.parametrize("pipelining", [True, False])
+def test_runtime_respects_dependencies_and_resources(workload, pipelining):
+    ops = build_graph(workload, 3)
+    offload = rank_offload(profile(ops, workload))
+    out = run(ops, offload, pipelining=pipelining)
+    _check_schedule(ops, out["devices"], pipelining)
+    assert (out["pipelined_ops"] > 0) == pipelining
+    cats = critical_path(ops, list(out["devices"].runs.values()))
+    makespan = max(r.end for r in out["devices"].runs.values())
+    assert sum(cats.values()) == pytest.approx(makespan, rel=1e-9)
+
+
+def test_cpu_only_is_the_serial_profile():
+    ops = build_graph("DCGAN", 2)
+    profile(ops, "DCGAN")
+    r = scenario("DCGAN", "cpu-only", steps=2)
+    assert r["step_ms"] == pytest.approx(1e3 * sum(op.cpu_s for op in ops) / 2, abs=1e-4)
+    assert r["utilization"]["cpu"] == pytest.approx(1.0) and r["offloaded"] == []
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_heterogeneous_beats_every_single_kind(workload):
+    step = {m: scenario(workload, m, steps=2)["step_ms"] for m in MODES}
+    assert step["hetero"] < step["fixed-only"] < step["cpu-only"]
+    assert step["hetero"] < step["prog-only"] < step["cpu-only"]
+
+
+def test_recursive_kernels_run_multiply_add_parts_on_fixed_units():
+    r = scenario("VGG-19", "hetero", steps=2)
+    assert r["recursive_calls"] > 0
+    off = scenario("VGG-19", "hetero", steps=2, recursive=False)
+    assert off["recursive_calls"] == 0 and off["step_ms"] > r["step_ms"]
+
+
+def test_device_api():
+    ops = build_graph("AlexNet", 1)
+    profile(ops, "AlexNet")
+    dev = Devices(CFG, ops)
+    conv = next(op for op in ops if op.kind == "Conv2D")
+    relu = next(op for op in ops if op.kind == "Relu")
+    assert dev.work_query() == {"fixed_idle": 444, "prog_idle": True, "cpu_idle": True}
+    with pytest.raises(ValueError, match="not a multiply/add kernel"):
+        dev.pim_fix(relu, 8)
+    with pytest.raises(ValueError, match="445 fixed-function units requested, 444 idle"):
+        dev.pim_fix(conv, 445)
+    h = dev.pim_fix(conv, 100)
+    p = dev.pim_prog(relu)
+    with pytest.raises(ValueError, match="busy"):
+        dev.pim_prog(relu)
+    assert dev.work_query()["fixed_idle"] == 344 and not dev.work_query()["prog_idle"]
+    info = dev.work_info(h)
+    assert info["units"] == 100 and info["device"] == "fixed" and info["sync"] == CFG.fix_sync_s
+    assert info["operation"] == pytest.approx(max(conv.muladd / (2 * 100 * CFG.fixed_hz),
+                                                  conv.nbytes / (32 * CFG.bank_gbs * 1e9)))
+    assert dev.pim_status(h) == "running"
+    dev.advance(info["end"])
+    assert dev.pim_status(h) == "done" and dev.work_query()["fixed_idle"] == 444
+    assert dev.pim_status(p) == ("done" if dev.work_info(p)["end"] <= info["end"] else "running")
+
+
+def test_useful_units_stop_at_the_bank_bandwidth():
+    ops = build_graph("AlexNet", 1)
+    conv = next(op for op in ops if op.kind == "Conv2D")
+    bias = next(op for op in ops if op.kind == "BiasAdd")
+    assert useful_units(conv, CFG) == 444
+    # an add per 8 bytes streamed at 320 GB/s: 40 G adds/s = 64 units at 2 x 312.5 MHz
+    assert useful_units(bias, CFG) <= 64
+
+
+def test_study_rows():
+    from golden.hetero import hetero_study
+
+    data = hetero_study(("AlexNet",), steps=2)
+    row = data["rows"][0]
+    assert set(row["modes"]) >= set(MODES) | {"hetero-no-pipelining", "hetero-no-recursion"}
+    assert row["modes"]["cpu-only"]["speedup_vs_cpu"] == 1.0
+    assert list(row["profile"])[0] in HETERO_PROFILE["AlexNet"]
