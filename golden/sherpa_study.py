@@ -100,7 +100,7 @@ def largest_matrix_bytes(model: SherpaModel) -> int:
 
 
 def pipeline(stages: list[Stage], host: SherpaHost, buffers: int,
-             buffer_bytes: int, split_bytes: int | None = None) -> dict:
+             buffer_bytes: int, split_bytes: int | None = None, trace: bool = False) -> dict:
     """Schedule copies and GEMMs through cacheable buffers.
 
     ``split_bytes`` None: each matrix takes one whole buffer (``buffers``
@@ -110,12 +110,15 @@ def pipeline(stages: list[Stage], host: SherpaHost, buffers: int,
     copied in pieces of at most ``split_bytes``; a piece is freed when its
     matrix's GEMM ends. The copier copies in program order, one piece at a
     time; a GEMM starts when its whole matrix is copied and the previous
-    GEMM has ended. Returns the finish time and the busy times."""
+    GEMM has ended. Returns the finish time and the busy times; with
+    ``trace``, also each stage's first copy start, copy end, GEMM start
+    and GEMM end."""
     whole = split_bytes is None
     capacity = buffers if whole else buffers * buffer_bytes
     frees: list[float] = []  # sorted free times of resident pieces (known)
     sizes: dict[float, int] = {}
     copier = gemm_end = copy_busy = gemm_busy = copy_wait = 0.0
+    stages_out: list[dict] = []
     for stage in stages:
         if stage.nbytes > buffer_bytes:
             raise ValueError(f"{stage.name}: {stage.nbytes} B does not fit a "
@@ -126,6 +129,7 @@ def pipeline(stages: list[Stage], host: SherpaHost, buffers: int,
             pieces = [min(split_bytes, stage.nbytes - o)
                       for o in range(0, stage.nbytes, split_bytes)]
         pending = 0  # units of this matrix already resident (free time unknown)
+        first = None
         for piece in pieces:
             units = 1 if whole else piece
             t = copier
@@ -141,18 +145,26 @@ def pipeline(stages: list[Stage], host: SherpaHost, buffers: int,
                     raise ValueError(f"{stage.name}: the buffers cannot hold one matrix")
                 t = frees[0]
             copy_wait += t - copier
+            first = t if first is None else first
             capacity -= units
             pending += units
             copier = t + copy_time(piece, host)
             copy_busy += copy_time(piece, host)
         start = max(copier if pieces else 0.0, gemm_end)
         gemm_end = start + stage.compute
+        if trace:
+            stages_out.append({"stage": stage.name, "copy_start": first,
+                               "copy_end": copier if pieces else None,
+                               "gemm_start": start, "gemm_end": gemm_end})
         gemm_busy += stage.compute
         if pending:
             bisect.insort(frees, gemm_end)
             sizes[gemm_end] = sizes.get(gemm_end, 0) + pending
-    return {"ttft_s": gemm_end, "copy_s": copy_busy, "compute_s": gemm_busy,
-            "copy_wait_s": copy_wait}
+    out = {"ttft_s": gemm_end, "copy_s": copy_busy, "compute_s": gemm_busy,
+           "copy_wait_s": copy_wait}
+    if trace:
+        out["stages"] = stages_out
+    return out
 
 
 def ttft(model: SherpaModel, seq_len: int, method: str, host: SherpaHost = SHERPA_HOST,

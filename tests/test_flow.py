@@ -78,6 +78,13 @@ def test_cli_sherpa_json(capsys):
     assert [r["model"] for r in data["capacity"]][-1] == "Gemma3-27B"
 
 
+def test_cli_hetero_training_json(capsys):
+    assert main(["run", "hetero-training", "--workloads", "AlexNet", "--steps", "1",
+                 "--json", "-"]) == 0
+    row = json.loads(capsys.readouterr().out)["rows"][0]
+    assert row["workload"] == "AlexNet" and row["modes"]["hetero"]["speedup_vs_cpu"] > 1
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["gemv", "--set", "banks=99"], "banks must be an integer"),
     (["gemv", "--set", "nonsense=1"], "unknown configuration key 'nonsense'"),
@@ -89,6 +96,8 @@ def test_cli_sherpa_json(capsys):
     (["run", "dpa-capacity", "--requests", "0"], "--requests must be >= 1"),
     (["run", "sherpa", "--seq-lens", "8,x"], "--seq-lens: '8,x' is not"),
     (["run", "sherpa", "--split-bytes", "0"], "--split-bytes must be >= 1"),
+    (["run", "hetero-training", "--workloads", "VGG"], "unknown workload 'VGG'"),
+    (["run", "hetero-training", "--offload-fraction", "2"], "--offload-fraction must be in"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
     assert main(argv) == 2

@@ -49,6 +49,22 @@ def test_ring_copies_ahead_where_whole_buffers_wait():
     assert ring["ttft_s"] == 17 and ring["copy_wait_s"] == 1 and ring["copy_s"] == 15
 
 
+def test_balanced_ddb_copies_ffn_weights_during_the_attention_gemms():
+    from golden.sherpa_study import SPLIT_BYTES, prefill_stages
+
+    model = SHERPA_MODELS["Llama3.2-1B"]
+    stages = prefill_stages(model, 16)
+    big = largest_matrix_bytes(model)
+    whole = {s["stage"]: s for s in pipeline(stages, SHERPA_HOST, 2, big, trace=True)["stages"]}
+    ring = {s["stage"]: s for s in pipeline(stages, SHERPA_HOST, 2, big, SPLIT_BYTES,
+                                            trace=True)["stages"]}
+    # whole buffers: the gate projection's copy waits for a buffer, which
+    # frees only when the V GEMM ends; the ring starts it during Q/K/V
+    assert whole["L1.gate"]["copy_start"] >= whole["L1.v"]["gemm_end"]
+    assert ring["L1.gate"]["copy_start"] < ring["L1.v"]["gemm_end"]
+    assert ring["L1.down"]["gemm_end"] < whole["L1.down"]["gemm_end"]
+
+
 def test_a_matrix_larger_than_the_buffer_is_rejected():
     with pytest.raises(ValueError, match="does not fit"):
         pipeline([Stage("big", 5, 1.0)], UNIT, 2, 4)
