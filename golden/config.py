@@ -109,7 +109,8 @@ class ChannelConfig:
                 f"gaps {t.t_wr_inp}/{t.t_mac}/{t.t_rd_out}")
 
 
-PROFILES = {"gddr6-aim": "gddr6_aim.toml", "hbm2-pim": "hbm2_pim.toml"}
+PROFILES = {"gddr6-aim": "gddr6_aim.toml", "hbm2-pim": "hbm2_pim.toml",
+            "hbm-jitq": "hbm_jitq.toml"}
 DEFAULT_PROFILE = "gddr6-aim"
 
 

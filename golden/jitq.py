@@ -1,0 +1,582 @@
+"""JIT-Q: a SIMD PIM ALU channel and MX quantization kernels on it
+(DESIGN.md §2.6, REFERENCE.md). The quantizer the kernels must equal bit for
+bit is ``golden/mx.py``.
+
+The ALU channel
+    ``pairs`` ALUs, ALU ``a`` shared by banks ``2a`` (bank select 0) and
+    ``2a + 1`` (bank select 1). Every command is broadcast to every ALU: a
+    LD with bank select 0 reads the same (row, col) of every even bank, each
+    into its own ALU. An ALU has 16 registers of 16 lanes x 16 bits and a
+    16-bit shift counter per lane. Commands use ``golden.isa``'s ALU
+    format (``pack_alu``): opcode, ``alu_fn``, ``dst_reg``, ``src_reg``
+    (operand A), ``src2_reg`` or ``imm`` (operand B, ``use_imm``), and for
+    LD/ST ``bank`` (0 or 1), ``row``, ``col``.
+
+    ============  =========  ===================================================
+    opcode        alu_fn     effect (per lane unless stated; unsigned 16 bits)
+    ============  =========  ===================================================
+    ALU_MOV       LD         dst <- word (row, col) of the selected bank
+    ALU_MOV       ST         word (row, col) of the selected bank <- A
+    ALU_MOV       COPY/IMM   dst <- A / dst <- imm
+    ALU_MOV       SETCNT     shift counters <- A;   GETCNT: dst <- counters
+    ALU_ADD       ADD/SUB    dst <- A + B / A - B (mod 2^16)
+    ALU_MUL       MULLO      dst <- low 16 bits of A x B
+    ALU_CMP       LT/EQ/NE/GT dst <- 0xFFFF where A op B holds, else 0
+    ALU_MAX       MAX/MIN    dst <- max / min (A, B)
+    ALU_LOGIC     AND/OR/XOR/ANDN  dst <- A & B, A | B, A ^ B, A & ~B
+    ALU_BITSHIFT  SHR/SHL    dst <- A >> imm / A << imm (every lane, logical)
+    ALU_BITSHIFT  SHR1_MASK  dst <- A >> 1 where B != 0, else A
+    ALU_BITSHIFT  SHR1_COUNT dst <- A >> 1 where counter > 0 (and the counter
+                             decrements), else A: the counter-based
+                             conditional shift
+    ALU_LANESHIFT ROT        dst[i] <- A[(i + imm) mod 16] (cross-lane)
+    ============  =========  ===================================================
+
+Timing (controller cycles, one action per cycle, strictly in order)
+    Every command is a column command: it issues ``>= previous command +
+    tCCD``. LD and ST need their row open in the selected bank (all even or
+    all odd banks together): PRE (``>= t_act + tRAS``) if another row is
+    open, then ACT (``>= t_pre + tRP``), then the access ``>= t_act +
+    tRCD``. PRE and ACT take a bus cycle each. The first command may issue
+    in cycle 0. Bad commands (an opcode or function the ALU lacks, bank
+    select > 1, row or column out of range) are dropped without side
+    effect, with a sticky error code as in the channel; strict mode raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from golden.config import ChannelConfig, Timing, load_profile
+from golden.isa import (
+    ALU_FUNCTIONS,
+    ALU_REGS,
+    LANES,
+    AluAdd,
+    AluCmp,
+    AluLane,
+    AluLogic,
+    AluMax,
+    AluMov,
+    AluMul,
+    AluShift,
+    ErrorCode,
+    Opcode,
+    pack_alu,
+    unpack_alu,
+)
+from golden.mx import BLOCK, MxFormat
+
+MASK16 = 0xFFFF
+
+
+@dataclass(frozen=True)
+class AluConfig:
+    pairs: int = 2  # ALUs per channel
+    rows: int = 64
+    cols: int = 32
+    timing: Timing = field(default_factory=lambda: load_profile("hbm-jitq").timing)
+    profile: str = "hbm-jitq"
+
+    def __post_init__(self):
+        for name, lo in (("pairs", 1), ("rows", 2), ("cols", 1)):
+            if getattr(self, name) < lo:
+                raise ValueError(f"{name} must be >= {lo}")
+
+    @classmethod
+    def from_profile(cls, profile: str = "hbm-jitq", pairs: int | None = None,
+                     rows: int | None = None) -> AluConfig:
+        ch: ChannelConfig = load_profile(profile)
+        return cls(pairs=pairs or ch.banks // 2, rows=rows or ch.rows, cols=ch.cols,
+                   timing=ch.timing, profile=profile)
+
+
+class AluError(ValueError):
+    def __init__(self, code: ErrorCode, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class AluResult:
+    cycles: int  # cycle after the last action
+    trace: list[tuple[int, int, int]]  # (cycle, opcode, command index); PRE/ACT included
+    error: ErrorCode
+    error_index: int
+    dropped: int
+
+
+@lru_cache(maxsize=4096)
+def _decode(word: int) -> dict:
+    return unpack_alu(word)
+
+
+@lru_cache(maxsize=8192)
+def _encode(key: tuple) -> int:
+    return pack_alu(**dict(key))
+
+
+def alu(opcode: Opcode, fn, **fields) -> int:
+    """One ALU command word (``golden.isa.pack_alu``)."""
+    return _encode(tuple(sorted({"opcode": int(opcode), "alu_fn": int(fn), **fields}.items())))
+
+
+class AluChannel:
+    """Cycle-exact model of the ALU channel (module docstring)."""
+
+    def __init__(self, cfg: AluConfig, strict: bool = False):
+        self.cfg, self.strict = cfg, strict
+        self.banks = np.zeros((2 * cfg.pairs, cfg.rows, cfg.cols, LANES), np.uint16)
+        self.regs = np.zeros((cfg.pairs, ALU_REGS, LANES), np.uint16)
+        self.counters = np.zeros((cfg.pairs, LANES), np.uint16)
+        self.open_row = [None, None]
+        self.t_act = [-(10 ** 9)] * 2
+        self.t_pre = [-(10 ** 9)] * 2
+
+    def bank_view(self, select: int) -> np.ndarray:
+        """(pairs, rows, cols, lanes) view of every even (0) or odd (1) bank."""
+        return self.banks[select::2]
+
+    def _check(self, c: dict) -> ErrorCode:
+        try:
+            op = Opcode(c["opcode"])
+        except ValueError:
+            return ErrorCode.BAD_OPCODE
+        if op not in ALU_FUNCTIONS or c["alu_fn"] not in set(ALU_FUNCTIONS[op]):
+            return ErrorCode.BAD_OPCODE
+        if op is Opcode.ALU_MOV and c["alu_fn"] in (AluMov.LD, AluMov.ST):
+            if c["bank"] > 1:
+                return ErrorCode.BANK_RANGE
+            if c["row"] >= self.cfg.rows:
+                return ErrorCode.ROW_RANGE
+            if c["col"] >= self.cfg.cols:
+                return ErrorCode.COL_RANGE
+        return ErrorCode.NONE
+
+    def run(self, words: Sequence[int]) -> AluResult:
+        t = self.cfg.timing
+        cycle, last_col = 0, -(10 ** 9)
+        trace: list[tuple[int, int, int]] = []
+        error, error_index, dropped = ErrorCode.NONE, -1, 0
+        for k, word in enumerate(words):
+            c = _decode(word)
+            code = self._check(c)
+            if code is not ErrorCode.NONE:
+                if self.strict:
+                    raise AluError(code, f"command {k}: {code.name} ({c})")
+                if error is ErrorCode.NONE:
+                    error, error_index = code, k
+                dropped += 1
+                continue
+            op, fn = Opcode(c["opcode"]), c["alu_fn"]
+            is_mem = op is Opcode.ALU_MOV and fn in (AluMov.LD, AluMov.ST)
+            at = max(cycle, last_col + t.t_ccd)
+            if is_mem:
+                b = c["bank"]
+                if self.open_row[b] != c["row"]:
+                    if self.open_row[b] is not None:
+                        pre = max(cycle, self.t_act[b] + t.t_ras)
+                        trace.append((pre, int(Opcode.PRE), k))
+                        self.t_pre[b], self.open_row[b], cycle = pre, None, pre + 1
+                    act = max(cycle, self.t_pre[b] + t.t_rp)
+                    trace.append((act, int(Opcode.ACT), k))
+                    self.t_act[b], self.open_row[b], cycle = act, c["row"], act + 1
+                at = max(cycle, last_col + t.t_ccd, self.t_act[b] + t.t_rcd)
+            trace.append((at, int(op), k))
+            last_col, cycle = at, at + 1
+            self._execute(op, fn, c)
+        return AluResult(cycle, trace, error, error_index, dropped)
+
+    def _execute(self, op: Opcode, fn: int, c: dict) -> None:
+        regs, cnt = self.regs, self.counters
+        a = regs[:, c["src_reg"]].astype(np.int64)
+        b = (np.full_like(a, c["imm"]) if c["use_imm"]
+             else regs[:, c["src2_reg"]].astype(np.int64))
+        imm = c["imm"]
+        out = None
+        if op is Opcode.ALU_MOV:
+            if fn == AluMov.LD:
+                out = self.bank_view(c["bank"])[:, c["row"], c["col"]].astype(np.int64)
+            elif fn == AluMov.ST:
+                self.bank_view(c["bank"])[:, c["row"], c["col"]] = a.astype(np.uint16)
+            elif fn == AluMov.COPY:
+                out = a
+            elif fn == AluMov.IMM:
+                out = np.full_like(a, imm)
+            elif fn == AluMov.SETCNT:
+                cnt[:] = a.astype(np.uint16)
+            elif fn == AluMov.GETCNT:
+                out = cnt.astype(np.int64)
+        elif op is Opcode.ALU_ADD:
+            out = a + b if fn == AluAdd.ADD else a - b
+        elif op is Opcode.ALU_MUL:
+            assert fn == AluMul.MULLO
+            out = a * b
+        elif op is Opcode.ALU_CMP:
+            hit = {AluCmp.LT: a < b, AluCmp.EQ: a == b, AluCmp.NE: a != b,
+                   AluCmp.GT: a > b}[AluCmp(fn)]
+            out = np.where(hit, MASK16, 0)
+        elif op is Opcode.ALU_MAX:
+            out = np.maximum(a, b) if fn == AluMax.MAX else np.minimum(a, b)
+        elif op is Opcode.ALU_LOGIC:
+            out = {AluLogic.AND: a & b, AluLogic.OR: a | b, AluLogic.XOR: a ^ b,
+                   AluLogic.ANDN: a & ~b}[AluLogic(fn)]
+        elif op is Opcode.ALU_BITSHIFT:
+            if fn == AluShift.SHR:
+                out = a >> min(imm, 16)
+            elif fn == AluShift.SHL:
+                out = a << min(imm, 16)
+            elif fn == AluShift.SHR1_MASK:
+                out = np.where(b != 0, a >> 1, a)
+            else:
+                live = cnt > 0
+                out = np.where(live, a >> 1, a)
+                cnt[:] = np.where(live, cnt - 1, cnt).astype(np.uint16)
+        elif op is Opcode.ALU_LANESHIFT:
+            assert fn == AluLane.ROT
+            out = np.roll(a, -(imm % LANES), axis=1)
+        if out is not None:
+            regs[:, c["dst_reg"]] = (out & MASK16).astype(np.uint16)
+
+
+# ---- kernels -------------------------------------------------------------------
+
+PLACEMENTS = ("tiled", "strided", "strided-counter")
+DIRECTIONS = ("row", "col")
+TILE = BLOCK  # 16 x 16 tiles
+
+
+class Asm:
+    """Builds a command list; registers are named, allocated on first use."""
+
+    def __init__(self):
+        self.words: list[int] = []
+        self.names: dict[str, int] = {}
+
+    def r(self, name: str) -> int:
+        if name not in self.names:
+            if len(self.names) == ALU_REGS:
+                raise RuntimeError(f"out of registers at {name!r}: {sorted(self.names)}")
+            self.names[name] = len(self.names)
+        return self.names[name]
+
+    def emit(self, op, fn, dst=None, a=None, b=None, imm=None, **mem):
+        f = dict(mem)
+        if dst is not None:
+            f["dst_reg"] = self.r(dst)
+        if a is not None:
+            f["src_reg"] = self.r(a)
+        if imm is not None:
+            f["use_imm"], f["imm"] = 1, imm & MASK16
+        elif b is not None:
+            f["src2_reg"] = self.r(b)
+        self.words.append(alu(op, fn, **f))
+
+    # shorthands: dst <- a (op) b|imm
+    def ld(self, dst, bank, row, col):
+        self.emit(Opcode.ALU_MOV, AluMov.LD, dst=dst, bank=bank, row=row, col=col)
+
+    def st(self, src, bank, row, col):
+        self.emit(Opcode.ALU_MOV, AluMov.ST, a=src, bank=bank, row=row, col=col)
+
+    def imm(self, dst, value):
+        self.emit(Opcode.ALU_MOV, AluMov.IMM, dst=dst, imm=value)
+
+    def op(self, opcode, fn, dst, a, b=None, imm=None):
+        self.emit(opcode, fn, dst=dst, a=a, b=b, imm=imm)
+
+
+@dataclass(frozen=True)
+class KernelLayout:
+    """Where a bank's tiles, codes and metadata live (word addresses from
+    row 0; ``cols`` words per row). Inputs: ``tiles`` 16 x 16 BF16 tiles.
+    ``tiled``: tile t row r is word ``16 t + r`` (lanes = columns).
+    ``strided``: tile ``16 g + l`` element (r, c) is lane l of word
+    ``256 g + 16 r + c``. Codes go to the same offsets from ``out_base``;
+    metadata (``Es << 8 | micro``) to ``meta_base``: strided, one word per
+    group and block (lane = tile); tiled, one word per tile and block
+    (every lane the same). The last row holds the tiled kernel's constants."""
+
+    placement: str
+    tiles: int
+    cols: int
+    rows: int
+
+    def __post_init__(self):
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {PLACEMENTS}, not {self.placement!r}")
+        if self.placement != "tiled" and self.tiles % LANES:
+            raise ValueError(f"strided placements pack 16 tiles per group, not {self.tiles}")
+        if self.meta_base + self.meta_words > (self.rows - 1) * self.cols:
+            raise ValueError(f"{self.tiles} tiles do not fit {self.rows} rows")
+
+    @property
+    def in_words(self) -> int:
+        return self.tiles * TILE
+
+    @property
+    def out_base(self) -> int:
+        return -(-self.in_words // self.cols) * self.cols
+
+    @property
+    def meta_base(self) -> int:
+        return self.out_base * 2
+
+    @property
+    def meta_words(self) -> int:
+        return self.tiles * TILE // (1 if self.placement == "tiled" else LANES)
+
+    @property
+    def const_row(self) -> int:
+        return self.rows - 1
+
+    def addr(self, word: int) -> tuple[int, int]:
+        return divmod(word, self.cols)
+
+    def blocks(self, direction: str) -> list[tuple[list[int], int, bool]]:
+        """(16 input word offsets, metadata word, lane-wise?) per block group:
+        lane-wise groups hold one block per lane; cross-lane ones a block
+        in one word (then the 16 offsets are that word repeated)."""
+        out = []
+        if self.placement == "tiled":
+            for t in range(self.tiles):
+                for i in range(TILE):
+                    if direction == "row":  # a tile row: one word, across lanes
+                        out.append(([16 * t + i], 16 * t + i, False))
+                if direction == "col":  # all 16 columns at once, down the words
+                    out.append(([16 * t + r for r in range(TILE)], 16 * t, True))
+        else:
+            for g in range(self.tiles // LANES):
+                for i in range(TILE):
+                    if direction == "row":  # row i of every tile of the group
+                        words = [256 * g + 16 * i + c for c in range(TILE)]
+                    else:  # column i
+                        words = [256 * g + 16 * r + i for r in range(TILE)]
+                    out.append((words, g * TILE + i, True))
+        return out
+
+
+CONST_EVEN = 0  # constants row: word 0 = 0xFFFF in even lanes
+CONST_WEIGHTS = 1  # word 1 = 1 << (lane // 2)
+
+
+def constants_row(cols: int) -> np.ndarray:
+    row = np.zeros((cols, LANES), np.uint16)
+    row[CONST_EVEN] = [MASK16 if i % 2 == 0 else 0 for i in range(LANES)]
+    row[CONST_WEIGHTS] = [1 << (i // 2) for i in range(LANES)]
+    return row
+
+
+def _exponent(asm: Asm, dst: str, x: str) -> None:
+    asm.op(Opcode.ALU_BITSHIFT, AluShift.SHR, dst, x, imm=7)
+    asm.op(Opcode.ALU_LOGIC, AluLogic.AND, dst, dst, imm=0xFF)
+
+
+def _element(asm: Asm, fmt: MxFormat, counter: bool, x: str, e: str, u1: str, q: str) -> None:
+    """Code of element(s) ``x`` (exponent ``e``, micro bit ``u1`` as 0/1)
+    into ``q``. Registers ES and SPECIAL hold the shared exponent and the
+    NaN-block mask."""
+    m = fmt.m
+    # variable shift v = Es - u - E beyond the fixed 8 - m, clamped at m + 1
+    # (everything rounds to 0 from there); zero/subnormal inputs: v = m + 1
+    asm.op(Opcode.ALU_ADD, AluAdd.SUB, "v", "ES", e)
+    asm.op(Opcode.ALU_ADD, AluAdd.SUB, "v", "v", u1)
+    asm.op(Opcode.ALU_MAX, AluMax.MIN, "v", "v", imm=m + 1)
+    asm.op(Opcode.ALU_CMP, AluCmp.EQ, "t", e, imm=0)
+    asm.op(Opcode.ALU_LOGIC, AluLogic.AND, "t", "t", imm=m + 1)
+    asm.op(Opcode.ALU_MAX, AluMax.MAX, "v", "v", "t")
+    # magnitude 1.frac << 8, pre-shifted right by 8 - m: (0x80 | frac) << m
+    asm.op(Opcode.ALU_LOGIC, AluLogic.AND, q, x, imm=0x7F)
+    asm.op(Opcode.ALU_LOGIC, AluLogic.OR, q, q, imm=0x80)
+    asm.op(Opcode.ALU_BITSHIFT, AluShift.SHL, q, q, imm=m)
+    if counter:
+        asm.emit(Opcode.ALU_MOV, AluMov.SETCNT, a="v")
+        for _ in range(m + 1):
+            asm.op(Opcode.ALU_BITSHIFT, AluShift.SHR1_COUNT, q, q)
+    else:  # CMP, bitSHIFT, ADD per bit
+        for _ in range(m + 1):
+            asm.op(Opcode.ALU_CMP, AluCmp.GT, "t", "v", imm=0)
+            asm.op(Opcode.ALU_BITSHIFT, AluShift.SHR1_MASK, q, q, "t")
+            asm.op(Opcode.ALU_ADD, AluAdd.ADD, "v", "v", "t")  # 0xFFFF = -1
+    # round to nearest even: integer part q >> 8, guard bit 7, sticky bits 6..0
+    asm.op(Opcode.ALU_BITSHIFT, AluShift.SHR, "g", q, imm=7)
+    asm.op(Opcode.ALU_LOGIC, AluLogic.AND, "g", "g", imm=1)
+    asm.op(Opcode.ALU_LOGIC, AluLogic.AND, "t", q, imm=0x7F)
+    asm.op(Opcode.ALU_CMP, AluCmp.NE, "t", "t", imm=0)
+    asm.op(Opcode.ALU_BITSHIFT, AluShift.SHR, q, q, imm=8)
+    asm.op(Opcode.ALU_LOGIC, AluLogic.OR, "t", "t", q)  # sticky | lsb (bit 0)
+    asm.op(Opcode.ALU_LOGIC, AluLogic.AND, "g", "g", "t")
+    asm.op(Opcode.ALU_ADD, AluAdd.ADD, q, q, "g")
+    asm.op(Opcode.ALU_MAX, AluMax.MIN, q, q, imm=fmt.max_code)  # saturate, no carry
+    # sign above the magnitude; a NaN block's codes are 0
+    asm.op(Opcode.ALU_BITSHIFT, AluShift.SHR, "t", x, imm=15)
+    asm.op(Opcode.ALU_BITSHIFT, AluShift.SHL, "t", "t", imm=m)
+    asm.op(Opcode.ALU_LOGIC, AluLogic.OR, q, q, "t")
+    asm.op(Opcode.ALU_LOGIC, AluLogic.ANDN, q, q, "SPECIAL")
+
+
+def _special(asm: Asm) -> None:
+    asm.op(Opcode.ALU_CMP, AluCmp.EQ, "SPECIAL", "ES", imm=0xFF)
+
+
+def _meta(asm: Asm, bank: int, lay: KernelLayout, word: int) -> None:
+    asm.op(Opcode.ALU_LOGIC, AluLogic.ANDN, "MICRO", "MICRO", "SPECIAL")
+    asm.op(Opcode.ALU_BITSHIFT, AluShift.SHL, "t", "ES", imm=8)
+    asm.op(Opcode.ALU_LOGIC, AluLogic.OR, "t", "t", "MICRO")
+    asm.st("t", bank, *lay.addr(lay.meta_base + word))
+
+
+def _lane_wise(asm: Asm, fmt: MxFormat, counter: bool, bank: int, lay: KernelLayout,
+               words: list[int], meta: int) -> None:
+    """16 blocks, one per lane, block element k in word ``words[k]``."""
+    asm.imm("ES", 0)
+    for w in words:  # pass 1: shared exponents
+        asm.ld("x", bank, *lay.addr(w))
+        _exponent(asm, "e", "x")
+        asm.op(Opcode.ALU_MAX, AluMax.MAX, "ES", "ES", "e")
+    _special(asm)
+    asm.imm("MICRO", 0)
+    for p in range(TILE // 2):  # pass 2: pairs
+        asm.ld("x", bank, *lay.addr(words[2 * p]))
+        asm.ld("y", bank, *lay.addr(words[2 * p + 1]))
+        _exponent(asm, "e", "x")
+        _exponent(asm, "f", "y")
+        asm.op(Opcode.ALU_MAX, AluMax.MAX, "u", "e", "f")
+        asm.op(Opcode.ALU_CMP, AluCmp.LT, "u", "u", "ES")
+        asm.op(Opcode.ALU_LOGIC, AluLogic.AND, "t", "u", imm=1 << p)
+        asm.op(Opcode.ALU_LOGIC, AluLogic.OR, "MICRO", "MICRO", "t")
+        asm.op(Opcode.ALU_LOGIC, AluLogic.AND, "u", "u", imm=1)
+        for x, e, k in (("x", "e", 2 * p), ("y", "f", 2 * p + 1)):
+            _element(asm, fmt, counter, x, e, "u", "q")
+            asm.st("q", bank, *lay.addr(lay.out_base + words[k]))
+    _meta(asm, bank, lay, meta)
+
+
+def _cross_lane(asm: Asm, fmt: MxFormat, counter: bool, bank: int, lay: KernelLayout,
+                word: int, meta: int) -> None:
+    """One block in one word (lane = element)."""
+    asm.ld("x", bank, *lay.addr(word))
+    _exponent(asm, "e", "x")
+    asm.op(Opcode.ALU_MOV, AluMov.COPY, "ES", "e")
+    for k in (8, 4, 2, 1):  # butterfly: every lane ends with the maximum
+        asm.op(Opcode.ALU_LANESHIFT, AluLane.ROT, "t", "ES", imm=k)
+        asm.op(Opcode.ALU_MAX, AluMax.MAX, "ES", "ES", "t")
+    _special(asm)
+    # pair maximum on even lanes, copied to the odd lane of the pair
+    asm.op(Opcode.ALU_LANESHIFT, AluLane.ROT, "t", "e", imm=1)
+    asm.op(Opcode.ALU_MAX, AluMax.MAX, "u", "e", "t")
+    asm.op(Opcode.ALU_LOGIC, AluLogic.AND, "u", "u", "EVEN")
+    asm.op(Opcode.ALU_LANESHIFT, AluLane.ROT, "t", "u", imm=LANES - 1)
+    asm.op(Opcode.ALU_LOGIC, AluLogic.OR, "u", "u", "t")
+    asm.op(Opcode.ALU_CMP, AluCmp.LT, "u", "u", "ES")
+    # micro byte: lane i contributes 1 << (i // 2); OR across lanes
+    asm.op(Opcode.ALU_LOGIC, AluLogic.AND, "MICRO", "u", "WEIGHTS")
+    for k in (8, 4, 2, 1):
+        asm.op(Opcode.ALU_LANESHIFT, AluLane.ROT, "t", "MICRO", imm=k)
+        asm.op(Opcode.ALU_LOGIC, AluLogic.OR, "MICRO", "MICRO", "t")
+    asm.op(Opcode.ALU_LOGIC, AluLogic.AND, "u", "u", imm=1)
+    _element(asm, fmt, counter, "x", "e", "u", "q")
+    asm.st("q", bank, *lay.addr(lay.out_base + word))
+    _meta(asm, bank, lay, meta)
+
+
+def kernel(lay: KernelLayout, direction: str, fmt: MxFormat) -> list[int]:
+    """The command list quantizing every tile of both banks of every ALU
+    along ``direction``."""
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {DIRECTIONS}, not {direction!r}")
+    counter = lay.placement == "strided-counter"
+    asm = Asm()
+    groups = lay.blocks(direction)
+    for bank in (0, 1):
+        if any(not lane_wise for _, _, lane_wise in groups):
+            asm.ld("EVEN", bank, lay.const_row, CONST_EVEN)
+            asm.ld("WEIGHTS", bank, lay.const_row, CONST_WEIGHTS)
+        for words, meta, lane_wise in groups:
+            if lane_wise:
+                _lane_wise(asm, fmt, counter, bank, lay, words, meta)
+            else:
+                _cross_lane(asm, fmt, counter, bank, lay, words[0], meta)
+    return asm.words
+
+
+def load_tiles(ch: AluChannel, lay: KernelLayout, tiles: np.ndarray) -> None:
+    """Write BF16 tiles (2 * pairs * tiles, 16, 16) into the banks: bank
+    ``2a + s`` gets tiles ``(2a + s) * lay.tiles ...``."""
+    cfg = ch.cfg
+    per_bank = tiles.reshape(2 * cfg.pairs, lay.tiles, TILE, TILE)
+    flat = ch.banks.reshape(2 * cfg.pairs, cfg.rows * cfg.cols, LANES)
+    for bank in range(2 * cfg.pairs):
+        flat[bank] = 0
+        for t in range(lay.tiles):
+            for r in range(TILE):
+                if lay.placement == "tiled":
+                    flat[bank, 16 * t + r] = per_bank[bank, t, r]
+                else:
+                    g, lane = divmod(t, LANES)
+                    flat[bank, 256 * g + 16 * r: 256 * g + 16 * r + 16, lane] = per_bank[
+                        bank, t, r]
+        ch.banks[bank, lay.const_row] = constants_row(cfg.cols)
+
+
+def read_results(ch: AluChannel, lay: KernelLayout, direction: str):
+    """(codes (banks, tiles, 16 blocks, 16), shared (banks, tiles, 16),
+    micro (banks, tiles, 16)) as the kernel wrote them; block i of a tile is
+    its row i (direction row) or column i."""
+    cfg = ch.cfg
+    nb = 2 * cfg.pairs
+    flat = ch.banks.reshape(nb, cfg.rows * cfg.cols, LANES)
+    codes = np.zeros((nb, lay.tiles, TILE, TILE), np.uint16)
+    meta = np.zeros((nb, lay.tiles, TILE), np.uint16)
+    for bank in range(nb):
+        for t in range(lay.tiles):
+            for r in range(TILE):
+                if lay.placement == "tiled":
+                    codes[bank, t, r] = flat[bank, lay.out_base + 16 * t + r]
+                else:
+                    g, lane = divmod(t, LANES)
+                    w = lay.out_base + 256 * g + 16 * r
+                    codes[bank, t, r] = flat[bank, w:w + 16, lane]
+            for i in range(TILE):
+                if lay.placement == "tiled":
+                    word = 16 * t + i if direction == "row" else 16 * t
+                    lane = 0 if direction == "row" else i
+                else:
+                    g, lane = divmod(t, LANES)
+                    word = g * TILE + i
+                meta[bank, t, i] = flat[bank, lay.meta_base + word, lane]
+    if direction == "col":
+        codes = codes.transpose(0, 1, 3, 2)
+    return codes, (meta >> 8).astype(np.uint8), (meta & 0xFF).astype(np.uint8)
+
+
+def command_counts(words: Sequence[int]) -> dict[str, int]:
+    """Commands by kind, counted from a kernel's list."""
+    out = {"total": len(words), "bitshift_1": 0, "shift_cmp": 0, "shift_add": 0,
+           "ld": 0, "st": 0, "laneshift": 0}
+    prev = None
+    for w in words:
+        c = unpack_alu(w)
+        op, fn = c["opcode"], c["alu_fn"]
+        if op == Opcode.ALU_BITSHIFT and fn in (AluShift.SHR1_MASK, AluShift.SHR1_COUNT):
+            out["bitshift_1"] += 1
+            if prev is not None and prev["opcode"] == Opcode.ALU_CMP:
+                out["shift_cmp"] += 1
+        if op == Opcode.ALU_ADD and prev is not None and prev["opcode"] == Opcode.ALU_BITSHIFT \
+                and prev["alu_fn"] == AluShift.SHR1_MASK:
+            out["shift_add"] += 1
+        if op == Opcode.ALU_MOV and fn == AluMov.LD:
+            out["ld"] += 1
+        if op == Opcode.ALU_MOV and fn == AluMov.ST:
+            out["st"] += 1
+        if op == Opcode.ALU_LANESHIFT:
+            out["laneshift"] += 1
+        prev = c
+    out["variable_shift"] = out["bitshift_1"] + out["shift_cmp"] + out["shift_add"]
+    return out
+
+

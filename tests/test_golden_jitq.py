@@ -1,0 +1,205 @@
+"""JIT-Q ALU channel and MX quantization kernels (golden/jitq.py)."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from golden.isa import (
+    AluAdd,
+    AluCmp,
+    AluLane,
+    AluLogic,
+    AluMax,
+    AluMov,
+    AluMul,
+    AluShift,
+    ErrorCode,
+    Opcode,
+)
+from golden.jitq import (
+    DIRECTIONS,
+    PLACEMENTS,
+    AluChannel,
+    AluConfig,
+    AluError,
+    KernelLayout,
+    alu,
+    command_counts,
+    kernel,
+    load_tiles,
+    read_results,
+)
+from golden.mx import FORMATS, quantize
+
+CFG = AluConfig(pairs=2, rows=64, cols=32)
+T = CFG.timing
+LANE = np.arange(16, dtype=np.uint16)
+
+
+def reg(ch, r, pair=0):
+    return [int(v) for v in ch.regs[pair, r]]
+
+
+def test_alu_operations_by_hand():
+    ch = AluChannel(CFG, strict=True)
+    ch.bank_view(0)[:, 3, 5] = [LANE * 3, LANE + 100]  # pair 0 and pair 1 differ
+    ch.bank_view(1)[:, 0, 0] = 7
+    prog = [
+        alu(Opcode.ALU_MOV, AluMov.LD, dst_reg=0, bank=0, row=3, col=5),      # r0 = 3 i
+        alu(Opcode.ALU_MOV, AluMov.IMM, dst_reg=1, use_imm=1, imm=20),        # r1 = 20
+        alu(Opcode.ALU_ADD, AluAdd.SUB, dst_reg=2, src_reg=0, src2_reg=1),    # 3i - 20
+        alu(Opcode.ALU_CMP, AluCmp.LT, dst_reg=3, src_reg=0, src2_reg=1),     # 3i < 20
+        alu(Opcode.ALU_MAX, AluMax.MIN, dst_reg=4, src_reg=0, use_imm=1, imm=9),
+        alu(Opcode.ALU_LOGIC, AluLogic.ANDN, dst_reg=5, src_reg=0, use_imm=1, imm=1),
+        alu(Opcode.ALU_LANESHIFT, AluLane.ROT, dst_reg=6, src_reg=0, use_imm=1, imm=3),
+        alu(Opcode.ALU_MUL, AluMul.MULLO, dst_reg=7, src_reg=0, src2_reg=0),
+        alu(Opcode.ALU_BITSHIFT, AluShift.SHL, dst_reg=8, src_reg=0, use_imm=1, imm=12),
+        alu(Opcode.ALU_MOV, AluMov.ST, src_reg=2, bank=1, row=1, col=2),
+        alu(Opcode.ALU_MOV, AluMov.LD, dst_reg=9, bank=1, row=0, col=0),
+    ]
+    ch.run(prog)
+    x = [3 * i for i in range(16)]
+    assert reg(ch, 2) == [(v - 20) & 0xFFFF for v in x]
+    assert reg(ch, 3) == [0xFFFF if v < 20 else 0 for v in x]
+    assert reg(ch, 4) == [min(v, 9) for v in x]
+    assert reg(ch, 5) == [v & ~1 for v in x]
+    assert reg(ch, 6) == [x[(i + 3) % 16] for i in range(16)]
+    assert reg(ch, 7) == [(v * v) & 0xFFFF for v in x]
+    assert reg(ch, 8) == [(v << 12) & 0xFFFF for v in x]
+    assert reg(ch, 0, pair=1) == [i + 100 for i in range(16)]  # each ALU its own bank
+    assert [int(v) for v in ch.bank_view(1)[0, 1, 2]] == reg(ch, 2)
+    assert reg(ch, 9) == [7] * 16
+
+
+def test_counter_and_masked_shifts():
+    ch = AluChannel(CFG, strict=True)
+    ch.regs[:, 0] = 0x8000
+    ch.regs[:, 1] = LANE % 4  # counts 0..3
+    ch.run([alu(Opcode.ALU_MOV, AluMov.SETCNT, src_reg=1)]
+           + [alu(Opcode.ALU_BITSHIFT, AluShift.SHR1_COUNT, dst_reg=0, src_reg=0)] * 5
+           + [alu(Opcode.ALU_MOV, AluMov.GETCNT, dst_reg=2)])
+    assert reg(ch, 0) == [0x8000 >> (i % 4) for i in range(16)]  # extra shifts hold
+    assert reg(ch, 2) == [0] * 16
+    # the same with CMP, masked bitSHIFT, ADD per bit
+    ch.regs[:, 0] = 0x8000
+    ch.regs[:, 1] = LANE % 4
+    step = [alu(Opcode.ALU_CMP, AluCmp.GT, dst_reg=3, src_reg=1, use_imm=1, imm=0),
+            alu(Opcode.ALU_BITSHIFT, AluShift.SHR1_MASK, dst_reg=0, src_reg=0, src2_reg=3),
+            alu(Opcode.ALU_ADD, AluAdd.ADD, dst_reg=1, src_reg=1, src2_reg=3)]
+    ch.run(step * 5)
+    assert reg(ch, 0) == [0x8000 >> (i % 4) for i in range(16)] and reg(ch, 1) == [0] * 16
+
+
+def test_timing_by_hand():
+    ch = AluChannel(CFG)
+    r = ch.run([
+        alu(Opcode.ALU_MOV, AluMov.LD, dst_reg=0, bank=0, row=2, col=0),  # ACT 0, LD tRCD
+        alu(Opcode.ALU_MOV, AluMov.IMM, dst_reg=1, use_imm=1, imm=1),     # + tCCD
+        alu(Opcode.ALU_MOV, AluMov.LD, dst_reg=2, bank=1, row=2, col=0),  # bank 1: its ACT
+        alu(Opcode.ALU_MOV, AluMov.LD, dst_reg=2, bank=0, row=5, col=0),  # PRE, ACT, LD
+    ])
+    act0 = 0
+    ld0 = act0 + T.t_rcd
+    imm = ld0 + T.t_ccd
+    act1 = imm + 1
+    ld1 = act1 + T.t_rcd
+    pre0 = max(ld1 + 1, act0 + T.t_ras)
+    act0b = pre0 + T.t_rp
+    ld2 = act0b + T.t_rcd
+    assert r.trace == [(act0, Opcode.ACT, 0), (ld0, Opcode.ALU_MOV, 0), (imm, Opcode.ALU_MOV, 1),
+                       (act1, Opcode.ACT, 2), (ld1, Opcode.ALU_MOV, 2), (pre0, Opcode.PRE, 3),
+                       (act0b, Opcode.ACT, 3), (ld2, Opcode.ALU_MOV, 3)]
+    assert r.cycles == ld2 + 1
+
+
+def test_bad_commands_are_dropped_with_a_sticky_code():
+    ch = AluChannel(CFG)
+    before = ch.regs.copy()
+    r = ch.run([alu(Opcode.ALU_ADD, 5, dst_reg=0),  # no such function
+                alu(Opcode.ALU_MOV, AluMov.LD, dst_reg=0, bank=2),
+                alu(Opcode.ALU_MOV, AluMov.ST, src_reg=0, bank=0, row=64),
+                alu(Opcode.ALU_MOV, AluMov.LD, dst_reg=0, bank=0, col=32),
+                alu(Opcode.MAC, 0)])
+    assert (r.error, r.error_index, r.dropped) == (ErrorCode.BAD_OPCODE, 0, 5)
+    assert np.array_equal(ch.regs, before) and not r.trace
+    for word, code in ((alu(Opcode.ALU_MOV, AluMov.LD, bank=2), ErrorCode.BANK_RANGE),
+                       (alu(Opcode.ALU_MOV, AluMov.ST, row=64), ErrorCode.ROW_RANGE),
+                       (alu(Opcode.ALU_MOV, AluMov.LD, col=32), ErrorCode.COL_RANGE)):
+        with pytest.raises(AluError) as e:
+            AluChannel(CFG, strict=True).run([word])
+        assert e.value.code is code
+
+
+def _tiles(rng, n, specials=True):
+    scale = np.exp2(rng.integers(-30, 30, (n, 16, 1)) + rng.integers(-3, 1, (n, 16, 16)))
+    x = (rng.standard_normal((n, 16, 16)) * scale).astype(np.float32)
+    bits = (x.view(np.uint32) >> 16).astype(np.uint16)
+    if specials:
+        bits[0, 0, 3] = 0x7F80  # Inf: a NaN block (row 0; column 3)
+        bits[1, 4] = 0  # a zero row
+        bits[2, :, 7] = 0x0001  # subnormal column
+        bits[3, 9, 9] = 0xFFC0  # NaN
+    return bits
+
+
+def _run(placement, direction, fmt, bits, cfg=CFG, tiles=16):
+    lay = KernelLayout(placement, tiles, cfg.cols, cfg.rows)
+    ch = AluChannel(cfg, strict=True)
+    load_tiles(ch, lay, bits)
+    words = kernel(lay, direction, fmt)
+    result = ch.run(words)
+    codes, es, micro = read_results(ch, lay, direction)
+    src = bits.reshape(2 * cfg.pairs, tiles, 16, 16)
+    if direction == "col":
+        src = src.transpose(0, 1, 3, 2)
+    ref = quantize(src, fmt)
+    assert np.array_equal(es, ref.shared.reshape(es.shape))
+    assert np.array_equal(micro, ref.micro.reshape(micro.shape))
+    assert np.array_equal(codes, ref.codes.reshape(codes.shape))
+    return words, result
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_kernels_are_bit_exact(placement, direction, name):
+    cfg = AluConfig(pairs=1, rows=64, cols=32)
+    tiles = 4 if placement == "tiled" else 16  # strided packs 16 tiles across the lanes
+    bits = _tiles(np.random.default_rng(7), 2 * tiles)
+    _run(placement, direction, FORMATS[name], bits, cfg, tiles)
+
+
+@settings(max_examples=5, deadline=None)
+@given(st.integers(0, 2 ** 32 - 1), st.sampled_from(list(FORMATS)), st.sampled_from(DIRECTIONS))
+def test_counter_kernel_on_random_tiles(seed, name, direction):
+    cfg = AluConfig(pairs=1, rows=64, cols=32)
+    _run("strided-counter", direction, FORMATS[name], _tiles(np.random.default_rng(seed), 32),
+         cfg)
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_the_counter_shift_cuts_variable_shift_commands_three_fold(name):
+    fmt = FORMATS[name]
+    lay = KernelLayout("strided", 16, 32, 64)
+    plain = command_counts(kernel(lay, "row", fmt))
+    counted = command_counts(kernel(KernelLayout("strided-counter", 16, 32, 64), "row", fmt))
+    words = 2 * 16 * 16  # both banks, 16 tiles x 16 rows, one word per element position
+    assert plain["variable_shift"] == 3 * (fmt.m + 1) * words
+    assert plain["shift_cmp"] == plain["shift_add"] == plain["bitshift_1"] == (fmt.m + 1) * words
+    assert counted["variable_shift"] == counted["bitshift_1"] == (fmt.m + 1) * words
+    assert plain["total"] - counted["total"] == (2 * (fmt.m + 1) - 1) * words  # SETCNT added
+    assert plain["laneshift"] == counted["laneshift"] == 0
+    tiled = command_counts(kernel(KernelLayout("tiled", 16, 32, 64), "row", fmt))
+    assert tiled["laneshift"] == 2 * 16 * 16 * 10  # Es butterfly 4, pairs 2, micro 4
+
+
+def test_layout_errors():
+    with pytest.raises(ValueError, match="16 tiles per group"):
+        KernelLayout("strided", 8, 32, 64)
+    with pytest.raises(ValueError, match="do not fit"):
+        KernelLayout("tiled", 200, 32, 64)
+    with pytest.raises(ValueError, match="placement"):
+        KernelLayout("diagonal", 16, 32, 64)
+    with pytest.raises(ValueError, match="direction"):
+        kernel(KernelLayout("tiled", 16, 32, 64), "diag", FORMATS["MX9"])
