@@ -296,7 +296,10 @@ class KernelLayout:
     row 0; ``cols`` words per row). Inputs: ``tiles`` 16 x 16 BF16 tiles.
     ``tiled``: tile t row r is word ``16 t + r`` (lanes = columns).
     ``strided``: tile ``16 g + l`` element (r, c) is lane l of word
-    ``256 g + 16 r + c``. Codes go to the same offsets from ``out_base``;
+    ``256 g + 16 r + c``. FP32 inputs are two planes: the high halves
+    (sign, exponent, 7 fraction bits: a BF16 pattern) at those offsets, the
+    low 16 fraction bits at the same offsets from ``lo_base``. Codes go to
+    the same offsets from ``out_base``;
     metadata (``Es << 8 | micro``) to ``meta_base``: strided, one word per
     group and block (lane = tile); tiled, one word per tile and block
     (every lane the same). The last row holds the tiled kernel's constants."""
@@ -305,14 +308,24 @@ class KernelLayout:
     tiles: int
     cols: int
     rows: int
+    source: str = "bf16"  # fp32: the low halves in a second plane from lo_base
 
     def __post_init__(self):
         if self.placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, not {self.placement!r}")
+        if self.source not in ("bf16", "fp32"):
+            raise ValueError(f"source must be bf16 or fp32, not {self.source!r}")
         if self.placement != "tiled" and self.tiles % LANES:
             raise ValueError(f"strided placements pack 16 tiles per group, not {self.tiles}")
-        if self.meta_base + self.meta_words > (self.rows - 1) * self.cols:
+        end = self.lo_base + self.in_words if self.source == "fp32" else \
+            self.meta_base + self.meta_words
+        if end > (self.rows - 1) * self.cols:
             raise ValueError(f"{self.tiles} tiles do not fit {self.rows} rows")
+
+    @property
+    def lo_base(self) -> int:
+        """FP32 only: the low 16 bits of element at offset w are at lo_base + w."""
+        return -(-(self.meta_base + self.meta_words) // self.cols) * self.cols
 
     @property
     def in_words(self) -> int:
@@ -376,10 +389,13 @@ def _exponent(asm: Asm, dst: str, x: str) -> None:
     asm.op(Opcode.ALU_LOGIC, AluLogic.AND, dst, dst, imm=0xFF)
 
 
-def _element(asm: Asm, fmt: MxFormat, counter: bool, x: str, e: str, u1: str, q: str) -> None:
+def _element(asm: Asm, fmt: MxFormat, counter: bool, x: str, e: str, u1: str, q: str,
+             lo: str | None = None) -> None:
     """Code of element(s) ``x`` (exponent ``e``, micro bit ``u1`` as 0/1)
     into ``q``. Registers ES and SPECIAL hold the shared exponent and the
-    NaN-block mask."""
+    NaN-block mask. FP32: ``x`` is the high half and ``lo`` the low 16
+    fraction bits, which only feed the sticky bit (an FP32 shift is 16 more
+    than the BF16 one, so guard and integer bits all lie in the high half)."""
     m = fmt.m
     # variable shift v = Es - u - E beyond the fixed 8 - m, clamped at m + 1
     # (everything rounds to 0 from there); zero/subnormal inputs: v = m + 1
@@ -406,6 +422,8 @@ def _element(asm: Asm, fmt: MxFormat, counter: bool, x: str, e: str, u1: str, q:
     asm.op(Opcode.ALU_BITSHIFT, AluShift.SHR, "g", q, imm=7)
     asm.op(Opcode.ALU_LOGIC, AluLogic.AND, "g", "g", imm=1)
     asm.op(Opcode.ALU_LOGIC, AluLogic.AND, "t", q, imm=0x7F)
+    if lo is not None:
+        asm.op(Opcode.ALU_LOGIC, AluLogic.OR, "t", "t", lo)
     asm.op(Opcode.ALU_CMP, AluCmp.NE, "t", "t", imm=0)
     asm.op(Opcode.ALU_BITSHIFT, AluShift.SHR, q, q, imm=8)
     asm.op(Opcode.ALU_LOGIC, AluLogic.OR, "t", "t", q)  # sticky | lsb (bit 0)
@@ -451,7 +469,11 @@ def _lane_wise(asm: Asm, fmt: MxFormat, counter: bool, bank: int, lay: KernelLay
         asm.op(Opcode.ALU_LOGIC, AluLogic.OR, "MICRO", "MICRO", "t")
         asm.op(Opcode.ALU_LOGIC, AluLogic.AND, "u", "u", imm=1)
         for x, e, k in (("x", "e", 2 * p), ("y", "f", 2 * p + 1)):
-            _element(asm, fmt, counter, x, e, "u", "q")
+            lo = None
+            if lay.source == "fp32":
+                lo = "lo"
+                asm.ld(lo, bank, *lay.addr(lay.lo_base + words[k]))
+            _element(asm, fmt, counter, x, e, "u", "q", lo)
             asm.st("q", bank, *lay.addr(lay.out_base + words[k]))
     _meta(asm, bank, lay, meta)
 
@@ -479,7 +501,11 @@ def _cross_lane(asm: Asm, fmt: MxFormat, counter: bool, bank: int, lay: KernelLa
         asm.op(Opcode.ALU_LANESHIFT, AluLane.ROT, "t", "MICRO", imm=k)
         asm.op(Opcode.ALU_LOGIC, AluLogic.OR, "MICRO", "MICRO", "t")
     asm.op(Opcode.ALU_LOGIC, AluLogic.AND, "u", "u", imm=1)
-    _element(asm, fmt, counter, "x", "e", "u", "q")
+    lo = None
+    if lay.source == "fp32":
+        lo = "lo"
+        asm.ld(lo, bank, *lay.addr(lay.lo_base + word))
+    _element(asm, fmt, counter, "x", "e", "u", "q", lo)
     asm.st("q", bank, *lay.addr(lay.out_base + word))
     _meta(asm, bank, lay, meta)
 
@@ -505,21 +531,26 @@ def kernel(lay: KernelLayout, direction: str, fmt: MxFormat) -> list[int]:
 
 
 def load_tiles(ch: AluChannel, lay: KernelLayout, tiles: np.ndarray) -> None:
-    """Write BF16 tiles (2 * pairs * tiles, 16, 16) into the banks: bank
-    ``2a + s`` gets tiles ``(2a + s) * lay.tiles ...``."""
+    """Write tiles (2 * pairs * tiles, 16, 16) of BF16 (uint16) or FP32
+    (uint32) patterns into the banks: bank ``2a + s`` gets tiles
+    ``(2a + s) * lay.tiles ...``."""
     cfg = ch.cfg
-    per_bank = tiles.reshape(2 * cfg.pairs, lay.tiles, TILE, TILE)
+    per_bank = np.asarray(tiles).reshape(2 * cfg.pairs, lay.tiles, TILE, TILE).astype(np.int64)
+    planes = [(0, per_bank >> 16 if lay.source == "fp32" else per_bank)]
+    if lay.source == "fp32":
+        planes.append((lay.lo_base, per_bank & MASK16))
     flat = ch.banks.reshape(2 * cfg.pairs, cfg.rows * cfg.cols, LANES)
     for bank in range(2 * cfg.pairs):
         flat[bank] = 0
-        for t in range(lay.tiles):
-            for r in range(TILE):
-                if lay.placement == "tiled":
-                    flat[bank, 16 * t + r] = per_bank[bank, t, r]
-                else:
-                    g, lane = divmod(t, LANES)
-                    flat[bank, 256 * g + 16 * r: 256 * g + 16 * r + 16, lane] = per_bank[
-                        bank, t, r]
+        for base, plane in planes:
+            for t in range(lay.tiles):
+                for r in range(TILE):
+                    if lay.placement == "tiled":
+                        flat[bank, base + 16 * t + r] = plane[bank, t, r]
+                    else:
+                        g, lane = divmod(t, LANES)
+                        w = base + 256 * g + 16 * r
+                        flat[bank, w: w + 16, lane] = plane[bank, t, r]
         ch.banks[bank, lay.const_row] = constants_row(cfg.cols)
 
 

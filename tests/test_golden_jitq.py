@@ -143,8 +143,8 @@ def _tiles(rng, n, specials=True):
     return bits
 
 
-def _run(placement, direction, fmt, bits, cfg=CFG, tiles=16):
-    lay = KernelLayout(placement, tiles, cfg.cols, cfg.rows)
+def _run(placement, direction, fmt, bits, cfg=CFG, tiles=16, source="bf16"):
+    lay = KernelLayout(placement, tiles, cfg.cols, cfg.rows, source)
     ch = AluChannel(cfg, strict=True)
     load_tiles(ch, lay, bits)
     words = kernel(lay, direction, fmt)
@@ -153,7 +153,7 @@ def _run(placement, direction, fmt, bits, cfg=CFG, tiles=16):
     src = bits.reshape(2 * cfg.pairs, tiles, 16, 16)
     if direction == "col":
         src = src.transpose(0, 1, 3, 2)
-    ref = quantize(src, fmt)
+    ref = quantize(src, fmt, source)
     assert np.array_equal(es, ref.shared.reshape(es.shape))
     assert np.array_equal(micro, ref.micro.reshape(micro.shape))
     assert np.array_equal(codes, ref.codes.reshape(codes.shape))
@@ -168,6 +168,21 @@ def test_kernels_are_bit_exact(placement, direction, name):
     tiles = 4 if placement == "tiled" else 16  # strided packs 16 tiles across the lanes
     bits = _tiles(np.random.default_rng(7), 2 * tiles)
     _run(placement, direction, FORMATS[name], bits, cfg, tiles)
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_fp32_kernels_are_bit_exact(placement, direction):
+    # the low halves matter only through the sticky bit: put ties in the
+    # high half (exact halfway in BF16 terms) with and without low bits
+    cfg = AluConfig(pairs=1, rows=96, cols=32)
+    tiles = 4 if placement == "tiled" else 16
+    rng = np.random.default_rng(11)
+    hi = _tiles(rng, 2 * tiles).astype(np.uint32)
+    lo = rng.integers(0, 1 << 16, hi.shape).astype(np.uint32)
+    lo[:, ::2] = 0  # exact ties on even rows
+    bits = (hi << 16) | np.where((hi >> 7) & 0xFF == 0xFF, 0, lo)  # keep Inf as Inf
+    _run(placement, direction, FORMATS["MX6"], bits, cfg, tiles, source="fp32")
 
 
 @settings(max_examples=5, deadline=None)
