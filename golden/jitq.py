@@ -120,6 +120,12 @@ def _encode(key: tuple) -> int:
     return pack_alu(**dict(key))
 
 
+@lru_cache(maxsize=65536)
+def _encode_fields(opcode, fn, dst, src, src2, use_imm, imm, bank, row, col) -> int:
+    return pack_alu(opcode=opcode, alu_fn=fn, dst_reg=dst, src_reg=src, src2_reg=src2,
+                    use_imm=use_imm, imm=imm, bank=bank, row=row, col=col)
+
+
 def alu(opcode: Opcode, fn, **fields) -> int:
     """One ALU command word (``golden.isa.pack_alu``)."""
     return _encode(tuple(sorted({"opcode": int(opcode), "alu_fn": int(fn), **fields}.items())))
@@ -157,14 +163,20 @@ class AluChannel:
                 return ErrorCode.COL_RANGE
         return ErrorCode.NONE
 
-    def run(self, words: Sequence[int]) -> AluResult:
+    def run(self, words: Sequence[int], execute: bool = True) -> AluResult:
+        """Issue ``words``; ``execute=False`` computes the timing only (it
+        does not depend on data)."""
         t = self.cfg.timing
         cycle, last_col = 0, -(10 ** 9)
         trace: list[tuple[int, int, int]] = []
         error, error_index, dropped = ErrorCode.NONE, -1, 0
+        checked: dict[int, ErrorCode] = {}
+        alu_mov, ld_st = int(Opcode.ALU_MOV), (int(AluMov.LD), int(AluMov.ST))
         for k, word in enumerate(words):
             c = _decode(word)
-            code = self._check(c)
+            code = checked.get(word)
+            if code is None:
+                code = checked[word] = self._check(c)
             if code is not ErrorCode.NONE:
                 if self.strict:
                     raise AluError(code, f"command {k}: {code.name} ({c})")
@@ -172,8 +184,8 @@ class AluChannel:
                     error, error_index = code, k
                 dropped += 1
                 continue
-            op, fn = Opcode(c["opcode"]), c["alu_fn"]
-            is_mem = op is Opcode.ALU_MOV and fn in (AluMov.LD, AluMov.ST)
+            op, fn = c["opcode"], c["alu_fn"]
+            is_mem = op == alu_mov and fn in ld_st
             at = max(cycle, last_col + t.t_ccd)
             if is_mem:
                 b = c["bank"]
@@ -186,9 +198,10 @@ class AluChannel:
                     trace.append((act, int(Opcode.ACT), k))
                     self.t_act[b], self.open_row[b], cycle = act, c["row"], act + 1
                 at = max(cycle, last_col + t.t_ccd, self.t_act[b] + t.t_rcd)
-            trace.append((at, int(op), k))
+            trace.append((at, op, k))
             last_col, cycle = at, at + 1
-            self._execute(op, fn, c)
+            if execute:
+                self._execute(Opcode(op), fn, c)
         return AluResult(cycle, trace, error, error_index, dropped)
 
     def _execute(self, op: Opcode, fn: int, c: dict) -> None:
@@ -264,17 +277,11 @@ class Asm:
             self.names[name] = len(self.names)
         return self.names[name]
 
-    def emit(self, op, fn, dst=None, a=None, b=None, imm=None, **mem):
-        f = dict(mem)
-        if dst is not None:
-            f["dst_reg"] = self.r(dst)
-        if a is not None:
-            f["src_reg"] = self.r(a)
-        if imm is not None:
-            f["use_imm"], f["imm"] = 1, imm & MASK16
-        elif b is not None:
-            f["src2_reg"] = self.r(b)
-        self.words.append(alu(op, fn, **f))
+    def emit(self, op, fn, dst=None, a=None, b=None, imm=None, bank=0, row=0, col=0):
+        self.words.append(_encode_fields(
+            int(op), int(fn), 0 if dst is None else self.r(dst), 0 if a is None else self.r(a),
+            self.r(b) if b is not None and imm is None else 0, int(imm is not None),
+            0 if imm is None else imm & MASK16, bank, row, col))
 
     # shorthands: dst <- a (op) b|imm
     def ld(self, dst, bank, row, col):
@@ -591,7 +598,7 @@ def command_counts(words: Sequence[int]) -> dict[str, int]:
            "ld": 0, "st": 0, "laneshift": 0}
     prev = None
     for w in words:
-        c = unpack_alu(w)
+        c = _decode(w)
         op, fn = c["opcode"], c["alu_fn"]
         if op == Opcode.ALU_BITSHIFT and fn in (AluShift.SHR1_MASK, AluShift.SHR1_COUNT):
             out["bitshift_1"] += 1

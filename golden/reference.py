@@ -183,3 +183,66 @@ HETERO_PROFILE = {
     "DCGAN": {"Conv2DBackpropFilter": 0.1998, "Conv2DBackpropInput": 0.1718,
               "MatMul": 0.1428, "Conv2D": 0.1053, "Mul": 0.0989},
 }
+
+
+# ---- JIT-Q (REFERENCE.md) ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JitqGpu:
+    """The GPU of REFERENCE.md: 104 CUs, 64 GB HBM2E in 4 stacks,
+    1638.4 GB/s; time = max(compute at peak, memory at 90 % of peak); 16
+    CUs issue PIM commands (one per two HBM channels)."""
+
+    cus: int = 104
+    pim_cus: int = 16
+    hbm_gb: int = 64
+    bandwidth_gbs: float = 1638.4
+    memory_efficiency: float = 0.9
+    stacks: int = 4
+    alus_per_stack: int = 256  # one PIM unit per two banks, 512 banks per stack
+    # not in REFERENCE.md: the BF16 matrix peak of a 104-CU GPU with 64 GB
+    # HBM2E at 1638.4 GB/s (the public figure of such a part), an assumption
+    bf16_tflops: float = 181.0
+
+
+JITQ_GPU = JitqGpu()
+
+
+@dataclass(frozen=True)
+class JitqModel:
+    """L layers, hidden H, A heads, sequence SL, micro-batch B, tensor and
+    pipeline parallel degrees. The future models are REFERENCE.md's Table 2;
+    the others' L/H/A/SL are their public configurations and B/TP/PP are
+    project choices (REFERENCE.md does not give them)."""
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    seq: int
+    batch: int
+    tp: int
+    pp: int
+
+    @property
+    def block_params(self) -> int:
+        return 12 * self.hidden * self.hidden  # QKV 3H^2, O H^2, FFN 8H^2
+
+    @property
+    def params(self) -> int:
+        return self.layers * self.block_params
+
+
+JITQ_MODELS = {m.name: m for m in [
+    JitqModel("bert-345M", 24, 1024, 16, 512, 8, 1, 1),
+    JitqModel("gpt-2-1.5B", 48, 1600, 25, 1024, 4, 1, 1),
+    JitqModel("mega-lm-8.3B", 72, 3072, 32, 1024, 2, 8, 1),
+    JitqModel("t-nlg-17B", 78, 4256, 28, 1024, 1, 8, 2),
+    JitqModel("gpt-3-175B", 96, 12288, 96, 2048, 1, 8, 16),
+    JitqModel("mega-nlg-530B", 105, 20480, 128, 2048, 1, 8, 35),
+    JitqModel("palm-540B", 118, 18432, 48, 2048, 1, 8, 59),
+    JitqModel("future-1T", 80, 32 * 1024, 128, 4 * 1024, 1, 128, 2),
+    JitqModel("future-10T", 200, 64 * 1024, 128, 8 * 1024, 1, 128, 8),
+    JitqModel("future-100T", 500, 128 * 1024, 128, 16 * 1024, 1, 128, 32),
+]}

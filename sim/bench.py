@@ -141,8 +141,10 @@ def bench_rtl_hub(sim: str) -> dict:
 
 def bench_golden_studies() -> dict:
     """Wall time of the golden-only studies (PIM-SHERPA, heterogeneous
-    training) and the heterogeneous runtime's scheduling rate."""
+    training, JIT-Q with the ALU commands it times per second) and the
+    heterogeneous runtime's scheduling rate."""
     from golden.hetero import build_graph, hetero_study, profile, rank_offload, run
+    from golden.jitq_study import jitq_study
     from golden.sherpa_study import sherpa_study
 
     start = time.perf_counter()
@@ -156,7 +158,12 @@ def bench_golden_studies() -> dict:
     start = time.perf_counter()
     run(ops, offload)
     run_s = time.perf_counter() - start
+    start = time.perf_counter()
+    jitq = jitq_study()
+    jitq_s = time.perf_counter() - start
     return {"sherpa_wall_s": round(sherpa_s, 2),
+            "jitq_wall_s": round(jitq_s, 2),
+            "jitq_alu_commands_per_s": round(sum(k["total"] for k in jitq["kernels"]) / jitq_s),
             "sherpa_points": sum(len(r["points"]) for r in sherpa["latency"]),
             "hetero_training_wall_s": round(hetero_s, 2),
             "hetero_runtime_ops_per_s": round(len(ops) / run_s)}

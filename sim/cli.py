@@ -246,9 +246,22 @@ def cmd_hetero_training(args) -> int:
     return 0
 
 
+def cmd_jitq(args) -> int:
+    from golden.jitq_study import jitq_study
+    from golden.reference import JITQ_MODELS
+
+    models = tuple(m.strip() for m in args.models.split(",")) if args.models else tuple(
+        JITQ_MODELS)
+    for m in models:
+        if m not in JITQ_MODELS:
+            raise ConfigError(f"--models: unknown model {m!r} (known: {', '.join(JITQ_MODELS)})")
+    _emit(jitq_study(models), args.json)
+    return 0
+
+
 STUDIES = {"gemv": cmd_gemv, "dcs-utilization": cmd_dcs_utilization,
            "dpa-program-size": cmd_dpa_program_size, "dpa-capacity": cmd_dpa_capacity,
-           "sherpa": cmd_sherpa, "hetero-training": cmd_hetero_training}
+           "sherpa": cmd_sherpa, "hetero-training": cmd_hetero_training, "jitq": cmd_jitq}
 
 
 def cmd_run(args) -> int:
@@ -325,6 +338,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workloads", default="VGG-19,AlexNet,DCGAN",
                    help="hetero-training: workloads (comma-separated)")
     s.add_argument("--steps", type=int, default=4, help="hetero-training: training steps")
+    s.add_argument("--models", default=None,
+                   help="jitq: models (comma-separated; default: all of REFERENCE.md)")
     s.add_argument("--offload-fraction", type=float, default=0.9,
                    help="hetero-training: share of the step the offloaded op types cover")
     s.set_defaults(func=cmd_run)

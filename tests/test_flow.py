@@ -85,6 +85,13 @@ def test_cli_hetero_training_json(capsys):
     assert row["workload"] == "AlexNet" and row["modes"]["hetero"]["speedup_vs_cpu"] > 1
 
 
+def test_cli_jitq_json(capsys):
+    assert main(["run", "jitq", "--models", "bert-345M", "--json", "-"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["shift_reduction"]["MX9"]["ratio"] == 3
+    assert data["models"][0]["formats"]["MX4"]["sources"]["fp32"]["placements"]["tiled"]
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["gemv", "--set", "banks=99"], "banks must be an integer"),
     (["gemv", "--set", "nonsense=1"], "unknown configuration key 'nonsense'"),
@@ -97,6 +104,7 @@ def test_cli_hetero_training_json(capsys):
     (["run", "sherpa", "--seq-lens", "8,x"], "--seq-lens: '8,x' is not"),
     (["run", "sherpa", "--split-bytes", "0"], "--split-bytes must be >= 1"),
     (["run", "hetero-training", "--workloads", "VGG"], "unknown workload 'VGG'"),
+    (["run", "jitq", "--models", "gpt-4"], "unknown model 'gpt-4'"),
     (["run", "hetero-training", "--offload-fraction", "2"], "--offload-fraction must be in"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
