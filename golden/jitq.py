@@ -30,17 +30,25 @@ The ALU channel
                              decrements), else A: the counter-based
                              conditional shift
     ALU_LANESHIFT ROT        dst[i] <- A[(i + imm) mod 16] (cross-lane)
+    RD            (none)     host read of word (row, col) of physical bank
+                             ``bank``: one beat on the read-data stream
+    WR            (none)     host write of one write-data beat to that word
     ============  =========  ===================================================
 
 Timing (controller cycles, one action per cycle, strictly in order)
-    Every command is a column command: it issues ``>= previous command +
-    tCCD``. LD and ST need their row open in the selected bank (all even or
-    all odd banks together): PRE (``>= t_act + tRAS``) if another row is
-    open, then ACT (``>= t_pre + tRP``), then the access ``>= t_act +
-    tRCD``. PRE and ACT take a bus cycle each. The first command may issue
-    in cycle 0. Bad commands (an opcode or function the ALU lacks, bank
-    select > 1, row or column out of range) are dropped without side
-    effect, with a sticky error code as in the channel; strict mode raises.
+    The streams behave as the channel's (``golden.channel``): a command or
+    write beat accepted in cycle ``a`` is visible from ``a + 1``; a WR waits
+    for its beat; a RD needs a read credit. Every command is a column
+    command: it issues ``>= the previous column command + tCCD``. LD and ST
+    need their row open in every bank of the selected parity (all even or
+    all odd banks), opened like the channel's all-bank MAC: if any of them
+    is off the row, PRE every open one (``>= t_act + tRAS``), then ACT the
+    closed ones (``>= t_pre + tRP``); RD and WR open their one bank. The
+    access waits ``tRCD`` after the ACT. PRE and ACT take a bus cycle each.
+    Bad commands (an opcode or function the ALU channel lacks, bank select
+    > 1 for LD/ST or a bank past the channel for RD/WR, row or column out of
+    range) are dropped without side effect (a bad WR still consumes its
+    beat), with the channel's sticky status; strict mode raises.
 """
 
 from __future__ import annotations
@@ -51,10 +59,21 @@ from functools import lru_cache
 
 import numpy as np
 
+from golden import numerics
+from golden.channel import (
+    CMD_ID_MOD,
+    ERR_COUNT_MAX,
+    BankTimer,
+    CommandError,
+    RunResult,
+    Streams,
+    TraceEntry,
+)
 from golden.config import ChannelConfig, Timing, load_profile
 from golden.isa import (
     ALU_FUNCTIONS,
     ALU_REGS,
+    FIELDS,
     LANES,
     AluAdd,
     AluCmp,
@@ -81,11 +100,24 @@ class AluConfig:
     cols: int = 32
     timing: Timing = field(default_factory=lambda: load_profile("hbm-jitq").timing)
     profile: str = "hbm-jitq"
+    cmd_depth: int = 4  # command FIFO entries (RTL)
+    wdata_depth: int = 4  # write-data FIFO entries (RTL)
+    rdata_depth: int = 4  # read-data credits
 
     def __post_init__(self):
-        for name, lo in (("pairs", 1), ("rows", 2), ("cols", 1)):
+        for name, lo in (("pairs", 1), ("rows", 2), ("cols", 1), ("cmd_depth", 1),
+                         ("wdata_depth", 1), ("rdata_depth", 1)):
             if getattr(self, name) < lo:
                 raise ValueError(f"{name} must be >= {lo}")
+        if 2 * self.pairs > 1 << FIELDS["bank"].width:
+            raise ValueError(f"pairs={self.pairs}: more banks than the bank field addresses")
+        if self.timing.t_ccd < 2:
+            raise ValueError("t_ccd must be >= 2: a LD's register write lands the cycle "
+                             "after its issue, before the next column command")
+
+    @property
+    def banks(self) -> int:
+        return 2 * self.pairs
 
     @classmethod
     def from_profile(cls, profile: str = "hbm-jitq", pairs: int | None = None,
@@ -95,29 +127,13 @@ class AluConfig:
                    timing=ch.timing, profile=profile)
 
 
-class AluError(ValueError):
-    def __init__(self, code: ErrorCode, message: str):
-        super().__init__(message)
-        self.code = code
-
-
-@dataclass
-class AluResult:
-    cycles: int  # cycle after the last action
-    trace: list[tuple[int, int, int]]  # (cycle, opcode, command index); PRE/ACT included
-    error: ErrorCode
-    error_index: int
-    dropped: int
+class AluError(CommandError):
+    """A command the ALU channel rejects (strict mode)."""
 
 
 @lru_cache(maxsize=4096)
 def _decode(word: int) -> dict:
     return unpack_alu(word)
-
-
-@lru_cache(maxsize=8192)
-def _encode(key: tuple) -> int:
-    return pack_alu(**dict(key))
 
 
 @lru_cache(maxsize=65536)
@@ -131,78 +147,150 @@ def alu(opcode: Opcode, fn, **fields) -> int:
     return _encode(tuple(sorted({"opcode": int(opcode), "alu_fn": int(fn), **fields}.items())))
 
 
+@lru_cache(maxsize=8192)
+def _encode(key: tuple) -> int:
+    return pack_alu(**dict(key))
+
+
+def host_rd(bank: int, row: int, col: int) -> int:
+    return pack_alu(opcode=int(Opcode.RD), bank=bank, row=row, col=col)
+
+
+def host_wr(bank: int, row: int, col: int) -> int:
+    return pack_alu(opcode=int(Opcode.WR), bank=bank, row=row, col=col)
+
+
+_ALU_MOV, _LD_ST = int(Opcode.ALU_MOV), (int(AluMov.LD), int(AluMov.ST))
+_RD, _WR = int(Opcode.RD), int(Opcode.WR)
+
+
+class _AluBanks(BankTimer):
+    """LD/ST touch the same (row, col) of every bank of one parity and open
+    it like the channel's MAC opens all banks; RD/WR touch one bank."""
+
+    def __init__(self, cfg: AluConfig):
+        super().__init__(cfg.banks, cfg.timing)
+        self.parity = [list(range(s, cfg.banks, 2)) for s in (0, 1)]
+
+    def touched(self, op, c) -> list[int]:
+        if op == _ALU_MOV and c["alu_fn"] in _LD_ST:
+            return self.parity[c["bank"]]
+        if op in (_RD, _WR):
+            return [c["bank"]]
+        return []
+
+    def next_action(self, op, c):
+        touched = self.touched(op, c)
+        if not touched:
+            return None
+        row = c["row"]
+        if op == _ALU_MOV:  # all of the parity: any off the row -> PRE every open one
+            pre = [b for b in touched if self.open_row[b] is not None] if any(
+                self.open_row[b] != row for b in touched) else []
+        else:
+            pre = [b for b in touched if self.open_row[b] not in (None, row)]
+        if pre:
+            return Opcode.PRE, pre
+        act = [b for b in touched if self.open_row[b] is None]
+        return (Opcode.ACT, act) if act else None
+
+
 class AluChannel:
     """Cycle-exact model of the ALU channel (module docstring)."""
 
     def __init__(self, cfg: AluConfig, strict: bool = False):
         self.cfg, self.strict = cfg, strict
-        self.banks = np.zeros((2 * cfg.pairs, cfg.rows, cfg.cols, LANES), np.uint16)
+        self.banks = np.zeros((cfg.banks, cfg.rows, cfg.cols, LANES), np.uint16)
         self.regs = np.zeros((cfg.pairs, ALU_REGS, LANES), np.uint16)
         self.counters = np.zeros((cfg.pairs, LANES), np.uint16)
-        self.open_row = [None, None]
-        self.t_act = [-(10 ** 9)] * 2
-        self.t_pre = [-(10 ** 9)] * 2
 
     def bank_view(self, select: int) -> np.ndarray:
         """(pairs, rows, cols, lanes) view of every even (0) or odd (1) bank."""
         return self.banks[select::2]
 
-    def _check(self, c: dict) -> ErrorCode:
-        try:
-            op = Opcode(c["opcode"])
-        except ValueError:
-            return ErrorCode.BAD_OPCODE
-        if op not in ALU_FUNCTIONS or c["alu_fn"] not in set(ALU_FUNCTIONS[op]):
-            return ErrorCode.BAD_OPCODE
-        if op is Opcode.ALU_MOV and c["alu_fn"] in (AluMov.LD, AluMov.ST):
-            if c["bank"] > 1:
+    def check(self, c: dict) -> ErrorCode:
+        """Error code of a decoded command (NONE: good), in this priority:
+        opcode/function, bank, row, column."""
+        op = c["opcode"]
+        if op in (_RD, _WR):
+            if c["bank"] >= self.cfg.banks:
                 return ErrorCode.BANK_RANGE
-            if c["row"] >= self.cfg.rows:
-                return ErrorCode.ROW_RANGE
-            if c["col"] >= self.cfg.cols:
-                return ErrorCode.COL_RANGE
+        elif op not in ALU_FUNCTIONS or c["alu_fn"] not in set(ALU_FUNCTIONS[Opcode(op)]):
+            return ErrorCode.BAD_OPCODE
+        elif not (op == _ALU_MOV and c["alu_fn"] in _LD_ST):
+            return ErrorCode.NONE
+        elif c["bank"] > 1:
+            return ErrorCode.BANK_RANGE
+        if c["row"] >= self.cfg.rows:
+            return ErrorCode.ROW_RANGE
+        if c["col"] >= self.cfg.cols:
+            return ErrorCode.COL_RANGE
         return ErrorCode.NONE
 
-    def run(self, words: Sequence[int], execute: bool = True) -> AluResult:
-        """Issue ``words``; ``execute=False`` computes the timing only (it
-        does not depend on data)."""
-        t = self.cfg.timing
-        cycle, last_col = 0, -(10 ** 9)
-        trace: list[tuple[int, int, int]] = []
-        error, error_index, dropped = ErrorCode.NONE, -1, 0
+    def run(self, words: Sequence[int], wdata: Sequence[int] = (),
+            cmd_arrivals: Sequence[int] | None = None,
+            wdata_arrivals: Sequence[int] | None = None,
+            rdata_pops: Sequence[int] | None = None, execute: bool = True) -> RunResult:
+        """Issue ``words`` (with write beats ``wdata`` for the WRs) under the
+        channel's stream rules (``golden.channel``: a command or beat
+        accepted in cycle a is visible from a + 1; reads need a credit).
+        ``execute=False`` computes the timing only (it does not depend on
+        data)."""
+        tm = self.cfg.timing
+        streams = Streams(self.cfg, list(words), list(wdata), cmd_arrivals, wdata_arrivals,
+                          rdata_pops)
+        timer = _AluBanks(self.cfg)
         checked: dict[int, ErrorCode] = {}
-        alu_mov, ld_st = int(Opcode.ALU_MOV), (int(AluMov.LD), int(AluMov.ST))
-        for k, word in enumerate(words):
+        free = 0
+        for i, word in enumerate(words):
+            cmd_id = i % CMD_ID_MOD
+            t = max(streams.cmd_arrivals[i] + 1, free)
             c = _decode(word)
             code = checked.get(word)
             if code is None:
-                code = checked[word] = self._check(c)
+                code = checked[word] = self.check(c)
+            op = c["opcode"]
             if code is not ErrorCode.NONE:
                 if self.strict:
-                    raise AluError(code, f"command {k}: {code.name} ({c})")
-                if error is ErrorCode.NONE:
-                    error, error_index = code, k
-                dropped += 1
+                    raise AluError(code, f"command {i}: {code.name} ({c})")
+                streams.errors.append((cmd_id, code))
+                st = streams.status
+                if st.err_code == ErrorCode.NONE:
+                    st.err_code, st.err_id = code, cmd_id
+                st.err_count = min(st.err_count + 1, ERR_COUNT_MAX)
+                if op == _WR:  # the beat is consumed, the streams stay aligned
+                    t = max(t, streams.take_wdata()[0])
+                free = t + 1
                 continue
-            op, fn = c["opcode"], c["alu_fn"]
-            is_mem = op == alu_mov and fn in ld_st
-            at = max(cycle, last_col + t.t_ccd)
-            if is_mem:
-                b = c["bank"]
-                if self.open_row[b] != c["row"]:
-                    if self.open_row[b] is not None:
-                        pre = max(cycle, self.t_act[b] + t.t_ras)
-                        trace.append((pre, int(Opcode.PRE), k))
-                        self.t_pre[b], self.open_row[b], cycle = pre, None, pre + 1
-                    act = max(cycle, self.t_pre[b] + t.t_rp)
-                    trace.append((act, int(Opcode.ACT), k))
-                    self.t_act[b], self.open_row[b], cycle = act, c["row"], act + 1
-                at = max(cycle, last_col + t.t_ccd, self.t_act[b] + t.t_rcd)
-            trace.append((at, op, k))
-            last_col, cycle = at, at + 1
-            if execute:
-                self._execute(Opcode(op), fn, c)
-        return AluResult(cycle, trace, error, error_index, dropped)
+            while (action := timer.next_action(op, c)) is not None:
+                kind, targets = action
+                at = max(t, timer.earliest(kind, targets))
+                timer.apply(kind, targets, at, c["row"])
+                streams.trace.append(TraceEntry(cmd_id, kind, at))
+                t = at + 1
+            at = max(t, timer.t_col + tm.t_ccd)
+            touched = timer.touched(op, c)
+            if touched:
+                at = max(at, max(timer.t_act[b] + tm.t_rcd for b in touched))
+            beat = None
+            if op == _WR:
+                ready, beat = streams.take_wdata()
+                at = max(at, ready)
+            if op == _RD:
+                at = max(at, streams.read_credit_ready())
+            timer.t_col = at
+            streams.trace.append(TraceEntry(cmd_id, Opcode(op), at))
+            out = None
+            if op == _RD:
+                out = numerics.lanes_to_word(self.banks[c["bank"], c["row"], c["col"]])
+            elif execute:
+                if op == _WR:
+                    self.banks[c["bank"], c["row"], c["col"]] = beat
+                else:
+                    self._execute(Opcode(op), c["alu_fn"], c)
+            streams.issue(at, out)
+            free = at + 1
+        return streams.result(free)
 
     def _execute(self, op: Opcode, fn: int, c: dict) -> None:
         regs, cnt = self.regs, self.counters
@@ -303,7 +391,8 @@ class KernelLayout:
     row 0; ``cols`` words per row). Inputs: ``tiles`` 16 x 16 BF16 tiles.
     ``tiled``: tile t row r is word ``16 t + r`` (lanes = columns).
     ``strided``: tile ``16 g + l`` element (r, c) is lane l of word
-    ``256 g + 16 r + c``. FP32 inputs are two planes: the high halves
+    ``256 g + 16 r + c`` (a last, partial group leaves lanes unused: the
+    kernel costs the same per group). FP32 inputs are two planes: the high halves
     (sign, exponent, 7 fraction bits: a BF16 pattern) at those offsets, the
     low 16 fraction bits at the same offsets from ``lo_base``. Codes go to
     the same offsets from ``out_base``;
@@ -322,8 +411,8 @@ class KernelLayout:
             raise ValueError(f"placement must be one of {PLACEMENTS}, not {self.placement!r}")
         if self.source not in ("bf16", "fp32"):
             raise ValueError(f"source must be bf16 or fp32, not {self.source!r}")
-        if self.placement != "tiled" and self.tiles % LANES:
-            raise ValueError(f"strided placements pack 16 tiles per group, not {self.tiles}")
+        if self.tiles < 1:
+            raise ValueError(f"tiles must be >= 1, not {self.tiles}")
         end = self.lo_base + self.in_words if self.source == "fp32" else \
             self.meta_base + self.meta_words
         if end > (self.rows - 1) * self.cols:
@@ -335,8 +424,13 @@ class KernelLayout:
         return -(-(self.meta_base + self.meta_words) // self.cols) * self.cols
 
     @property
+    def groups(self) -> int:
+        """Strided: groups of 16 tiles across the lanes (the last may be partial)."""
+        return -(-self.tiles // LANES)
+
+    @property
     def in_words(self) -> int:
-        return self.tiles * TILE
+        return self.tiles * TILE if self.placement == "tiled" else self.groups * TILE * TILE
 
     @property
     def out_base(self) -> int:
@@ -348,7 +442,7 @@ class KernelLayout:
 
     @property
     def meta_words(self) -> int:
-        return self.tiles * TILE // (1 if self.placement == "tiled" else LANES)
+        return self.tiles * TILE if self.placement == "tiled" else self.groups * TILE
 
     @property
     def const_row(self) -> int:
@@ -370,7 +464,7 @@ class KernelLayout:
                 if direction == "col":  # all 16 columns at once, down the words
                     out.append(([16 * t + r for r in range(TILE)], 16 * t, True))
         else:
-            for g in range(self.tiles // LANES):
+            for g in range(self.groups):
                 for i in range(TILE):
                     if direction == "row":  # row i of every tile of the group
                         words = [256 * g + 16 * i + c for c in range(TILE)]
@@ -559,6 +653,50 @@ def load_tiles(ch: AluChannel, lay: KernelLayout, tiles: np.ndarray) -> None:
                         w = base + 256 * g + 16 * r
                         flat[bank, w: w + 16, lane] = plane[bank, t, r]
         ch.banks[bank, lay.const_row] = constants_row(cfg.cols)
+
+
+def _used_words(lay: KernelLayout, outputs: bool) -> list[int]:
+    """Word offsets a layout's inputs (and constants row) or its outputs use."""
+    if outputs:
+        return [*range(lay.out_base, lay.out_base + lay.in_words),
+                *range(lay.meta_base, lay.meta_base + lay.meta_words)]
+    words = [*range(lay.in_words), *range(lay.const_row * lay.cols,
+                                          lay.const_row * lay.cols + lay.cols)]
+    if lay.source == "fp32":
+        words += range(lay.lo_base, lay.lo_base + lay.in_words)
+    return words
+
+
+def host_load(cfg: AluConfig, lay: KernelLayout, tiles: np.ndarray) -> tuple[list[int],
+                                                                           list[int]]:
+    """WR commands and beats that place ``tiles`` (as ``load_tiles``) and
+    the constants row in every bank, through the host path."""
+    scratch = AluChannel(cfg)
+    load_tiles(scratch, lay, tiles)
+    words, beats = [], []
+    for bank in range(cfg.banks):
+        for w in _used_words(lay, outputs=False):
+            row, col = lay.addr(w)
+            words.append(host_wr(bank, row, col))
+            beats.append(numerics.lanes_to_word(scratch.banks[bank, row, col]))
+    return words, beats
+
+
+def host_readback(cfg: AluConfig, lay: KernelLayout) -> list[int]:
+    """RD commands for every output word of every bank (codes, metadata)."""
+    return [host_rd(bank, *lay.addr(w)) for bank in range(cfg.banks)
+            for w in _used_words(lay, outputs=True)]
+
+
+def parse_readback(cfg: AluConfig, lay: KernelLayout, direction: str, rdata: Sequence[int]):
+    """``read_results`` of the beats ``host_readback``'s RDs returned."""
+    scratch = AluChannel(cfg)
+    beats = iter(rdata)
+    for bank in range(cfg.banks):
+        for w in _used_words(lay, outputs=True):
+            scratch.banks[bank, w // lay.cols, w % lay.cols] = numerics.words_to_lanes(
+                next(beats))
+    return read_results(scratch, lay, direction)
 
 
 def read_results(ch: AluChannel, lay: KernelLayout, direction: str):

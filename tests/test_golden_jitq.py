@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from golden import numerics
 from golden.isa import (
     AluAdd,
     AluCmp,
@@ -26,8 +27,13 @@ from golden.jitq import (
     KernelLayout,
     alu,
     command_counts,
+    host_load,
+    host_rd,
+    host_readback,
+    host_wr,
     kernel,
     load_tiles,
+    parse_readback,
     read_results,
 )
 from golden.mx import FORMATS, quantize
@@ -91,15 +97,19 @@ def test_counter_and_masked_shifts():
     assert reg(ch, 0) == [0x8000 >> (i % 4) for i in range(16)] and reg(ch, 1) == [0] * 16
 
 
+def _trace(r):
+    return [(t.cycle, t.opcode, t.cmd_id) for t in r.trace]
+
+
 def test_timing_by_hand():
     ch = AluChannel(CFG)
     r = ch.run([
-        alu(Opcode.ALU_MOV, AluMov.LD, dst_reg=0, bank=0, row=2, col=0),  # ACT 0, LD tRCD
+        alu(Opcode.ALU_MOV, AluMov.LD, dst_reg=0, bank=0, row=2, col=0),  # even banks: ACT
         alu(Opcode.ALU_MOV, AluMov.IMM, dst_reg=1, use_imm=1, imm=1),     # + tCCD
-        alu(Opcode.ALU_MOV, AluMov.LD, dst_reg=2, bank=1, row=2, col=0),  # bank 1: its ACT
+        alu(Opcode.ALU_MOV, AluMov.LD, dst_reg=2, bank=1, row=2, col=0),  # odd banks: ACT
         alu(Opcode.ALU_MOV, AluMov.LD, dst_reg=2, bank=0, row=5, col=0),  # PRE, ACT, LD
     ])
-    act0 = 0
+    act0 = 1  # a command accepted in cycle 0 is visible from cycle 1
     ld0 = act0 + T.t_rcd
     imm = ld0 + T.t_ccd
     act1 = imm + 1
@@ -107,10 +117,38 @@ def test_timing_by_hand():
     pre0 = max(ld1 + 1, act0 + T.t_ras)
     act0b = pre0 + T.t_rp
     ld2 = act0b + T.t_rcd
-    assert r.trace == [(act0, Opcode.ACT, 0), (ld0, Opcode.ALU_MOV, 0), (imm, Opcode.ALU_MOV, 1),
-                       (act1, Opcode.ACT, 2), (ld1, Opcode.ALU_MOV, 2), (pre0, Opcode.PRE, 3),
-                       (act0b, Opcode.ACT, 3), (ld2, Opcode.ALU_MOV, 3)]
+    assert _trace(r) == [(act0, Opcode.ACT, 0), (ld0, Opcode.ALU_MOV, 0),
+                         (imm, Opcode.ALU_MOV, 1), (act1, Opcode.ACT, 2),
+                         (ld1, Opcode.ALU_MOV, 2), (pre0, Opcode.PRE, 3),
+                         (act0b, Opcode.ACT, 3), (ld2, Opcode.ALU_MOV, 3)]
     assert r.cycles == ld2 + 1
+
+
+def test_host_reads_and_writes_follow_the_channel_stream_rules():
+    ch = AluChannel(CFG)
+    beat = numerics.lanes_to_word(LANE + 1)
+    # WR to bank 3 (odd bank of ALU 1) waits for its beat (accepted in 40);
+    # an RD of the same word then needs the bank's row open (it is) and a
+    # credit; the ALU LD of the odd banks sees the written word in ALU 1
+    r = ch.run([host_wr(3, 1, 4), host_rd(3, 1, 4),
+                alu(Opcode.ALU_MOV, AluMov.LD, dst_reg=0, bank=1, row=1, col=4)],
+               wdata=[beat], wdata_arrivals=[40])
+    act = 1
+    wr_at = max(act + T.t_rcd, 41)
+    rd_at = wr_at + T.t_ccd
+    # the LD touches banks 1 and 3; bank 1 is closed, so as for the
+    # channel's MAC every open bank of the set (3) precharges, then both open
+    pre = max(rd_at + 1, act + T.t_ras)
+    act1 = pre + T.t_rp
+    ld = act1 + T.t_rcd
+    assert _trace(r) == [(act, Opcode.ACT, 0), (wr_at, Opcode.WR, 0), (rd_at, Opcode.RD, 1),
+                         (pre, Opcode.PRE, 2), (act1, Opcode.ACT, 2), (ld, Opcode.ALU_MOV, 2)]
+    assert r.rdata == [beat] and reg(ch, 0, pair=1) == [i + 1 for i in range(16)]
+    assert reg(ch, 0, pair=0) == [0] * 16
+    # read credits: with 4 credits, the fifth RD waits for the first pop
+    reads = [host_rd(0, 0, k) for k in range(5)]
+    r = AluChannel(CFG).run(reads, rdata_pops=[100, 101, 102, 103, 104])
+    assert r.trace[-1].cycle == 101 and r.trace[-1].opcode == Opcode.RD
 
 
 def test_bad_commands_are_dropped_with_a_sticky_code():
@@ -120,12 +158,21 @@ def test_bad_commands_are_dropped_with_a_sticky_code():
                 alu(Opcode.ALU_MOV, AluMov.LD, dst_reg=0, bank=2),
                 alu(Opcode.ALU_MOV, AluMov.ST, src_reg=0, bank=0, row=64),
                 alu(Opcode.ALU_MOV, AluMov.LD, dst_reg=0, bank=0, col=32),
-                alu(Opcode.MAC, 0)])
-    assert (r.error, r.error_index, r.dropped) == (ErrorCode.BAD_OPCODE, 0, 5)
-    assert np.array_equal(ch.regs, before) and not r.trace
+                alu(Opcode.MAC, 0),
+                host_wr(4, 0, 0),  # bank past the channel: its beat is consumed
+                host_wr(0, 0, 0)],
+               wdata=[numerics.lanes_to_word(LANE), numerics.lanes_to_word(LANE + 7)])
+    assert (r.status.err_code, r.status.err_id, r.status.err_count) == (
+        ErrorCode.BAD_OPCODE, 0, 6)
+    assert [code for _, code in r.errors] == [
+        ErrorCode.BAD_OPCODE, ErrorCode.BANK_RANGE, ErrorCode.ROW_RANGE, ErrorCode.COL_RANGE,
+        ErrorCode.BAD_OPCODE, ErrorCode.BANK_RANGE]
+    assert np.array_equal(ch.regs, before)
+    assert [int(v) for v in ch.banks[0, 0, 0]] == [i + 7 for i in range(16)]  # second beat
     for word, code in ((alu(Opcode.ALU_MOV, AluMov.LD, bank=2), ErrorCode.BANK_RANGE),
                        (alu(Opcode.ALU_MOV, AluMov.ST, row=64), ErrorCode.ROW_RANGE),
-                       (alu(Opcode.ALU_MOV, AluMov.LD, col=32), ErrorCode.COL_RANGE)):
+                       (alu(Opcode.ALU_MOV, AluMov.LD, col=32), ErrorCode.COL_RANGE),
+                       (host_rd(0, 64, 0), ErrorCode.ROW_RANGE)):
         with pytest.raises(AluError) as e:
             AluChannel(CFG, strict=True).run([word])
         assert e.value.code is code
@@ -209,9 +256,35 @@ def test_the_counter_shift_cuts_variable_shift_commands_three_fold(name):
     assert tiled["laneshift"] == 2 * 16 * 16 * 10  # Es butterfly 4, pairs 2, micro 4
 
 
+def test_a_partial_strided_group_costs_a_whole_group():
+    cfg = AluConfig(pairs=1, rows=64, cols=32)
+    words, r = _run("strided-counter", "col", FORMATS["MX9"], _tiles(np.random.default_rng(5), 6),
+                    cfg, tiles=3)
+    full = kernel(KernelLayout("strided-counter", 16, cfg.cols, cfg.rows), "col", FORMATS["MX9"])
+    assert len(words) == len(full)
+
+
+def test_host_path_load_kernel_readback_equals_the_quantizer():
+    """The flow the RTL test uses: WR the tiles and constants, run the
+    kernel, RD the outputs back; one stream, golden stream rules."""
+    cfg = AluConfig(pairs=2, rows=32, cols=32)
+    lay = KernelLayout("tiled", 2, cfg.cols, cfg.rows)
+    bits = _tiles(np.random.default_rng(3), 2 * cfg.pairs * 2)
+    load, beats = host_load(cfg, lay, bits)
+    back = host_readback(cfg, lay)
+    words = load + kernel(lay, "row", FORMATS["MX4"]) + back
+    r = AluChannel(cfg, strict=True).run(words, wdata=beats)
+    assert len(r.rdata) == len(back)
+    codes, es, micro = parse_readback(cfg, lay, "row", r.rdata)
+    ref = quantize(bits.reshape(cfg.banks, 2, 16, 16), FORMATS["MX4"])
+    assert np.array_equal(codes, ref.codes.reshape(codes.shape))
+    assert np.array_equal(es, ref.shared.reshape(es.shape))
+    assert np.array_equal(micro, ref.micro.reshape(micro.shape))
+
+
 def test_layout_errors():
-    with pytest.raises(ValueError, match="16 tiles per group"):
-        KernelLayout("strided", 8, 32, 64)
+    with pytest.raises(ValueError, match="tiles must be"):
+        KernelLayout("strided", 0, 32, 64)
     with pytest.raises(ValueError, match="do not fit"):
         KernelLayout("tiled", 200, 32, 64)
     with pytest.raises(ValueError, match="placement"):
