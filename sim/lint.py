@@ -6,8 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from golden.config import HubConfig
-from sim.generate import CONFIGS, HUB_TOPLEVEL, TOPLEVEL, generate
+from sim.generate import CONFIGS, TOPLEVEL, generate, kind
 from sim.tools import VERILATOR_WAIVERS, use_verilator
 
 
@@ -22,7 +21,7 @@ def lint(configs: list[str] | None = None, ruff: bool = True) -> int:
     for name in configs or list(CONFIGS):
         config = CONFIGS[name]()
         path = generate(config)
-        result = lint_verilog(path, HUB_TOPLEVEL if isinstance(config, HubConfig) else TOPLEVEL)
+        result = lint_verilog(path, kind(config)[0])
         ok = result.returncode == 0
         failures += not ok
         print(f"verilator lint {name:7} {'clean' if ok else 'FAILED'}  ({path})")

@@ -21,19 +21,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from golden.config import ChannelConfig, HubConfig, small_config
+from golden.jitq import AluConfig
 from sim.generate import (
+    ALU_TOPLEVEL,
     BUILD,
     HUB_TOPLEVEL,
     TB_TOPLEVEL,
     config_key,
     generate,
     icarus_source,
+    kind,
     testbench_source,
 )
 from sim.tools import VERILATOR_WAIVERS, require_simulator
 
 TB_MODULE = "tb.test_channel"
 HUB_TB_MODULE = "tb.test_hub"
+ALU_TB_MODULE = "tb.test_alu"
 #: Channel policies the PIM module (HUB + channels) is tested with.
 HUB_POLICIES = ("static", "dcs")
 
@@ -64,15 +68,17 @@ def _waves_env(waves: bool):
             os.environ["WAVES"] = saved
 
 
-def build_dir(sim: str, config: ChannelConfig | HubConfig, waves: bool) -> Path:
-    hub = "hub-" if isinstance(config, HubConfig) else ""
-    return BUILD / "sim" / f"{sim}-{hub}{config_key(config)}{'-waves' if waves else ''}"
+def build_dir(sim: str, config, waves: bool) -> Path:
+    prefix = kind(config)[1]
+    return BUILD / "sim" / f"{sim}-{prefix}{config_key(config)}{'-waves' if waves else ''}"
 
 
 def _toplevel(config) -> tuple[str, str]:
-    """(HDL toplevel, cocotb test module) of a channel or HUB configuration."""
+    """(HDL toplevel, cocotb test module) of a channel, HUB or ALU configuration."""
     if isinstance(config, HubConfig):
         return HUB_TOPLEVEL, HUB_TB_MODULE
+    if isinstance(config, AluConfig):
+        return ALU_TOPLEVEL, ALU_TB_MODULE
     return TB_TOPLEVEL, TB_MODULE
 
 
@@ -86,7 +92,7 @@ def build(sim: str, config: ChannelConfig | HubConfig | None = None, waves: bool
     require_simulator(sim)
     rtl = generate(config)
     sources = [icarus_source(rtl) if sim == "icarus" else rtl]
-    if not isinstance(config, HubConfig):
+    if isinstance(config, ChannelConfig):
         sources.append(testbench_source(rtl))
     runner = get_runner(sim)
     args = []

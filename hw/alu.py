@@ -1,0 +1,307 @@
+"""The JIT-Q ALU channel (DESIGN.md §2.6): banks, one SIMD ALU per two
+banks, and the in-order controller.
+
+The specification is ``golden.jitq.AluChannel`` (its docstring lists the
+commands, the stream and bank rules); this module implements it cycle for
+cycle. Structure::
+
+    cmd ──► cmd FIFO ──► check ──► controller (in order, implicit PRE/ACT,
+    wdata ─► wdata FIFO ──────────┘   tCCD between column commands) ─► trace
+                                   issue (c)
+        banks: sync read ports addressed in c; RD beat and LD result in c + 1
+        ALU ops: registers read in c, written at the end of c
+
+Every ALU is the same datapath on its own registers, counters and banks;
+a command drives them all (broadcast).
+"""
+
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from golden.isa import (
+    ALU_COMMAND_FIELDS,
+    ALU_FUNCTIONS,
+    ALU_REGS,
+    FIELDS,
+    LANES,
+    WORD_BITS,
+    AluAdd,
+    AluCmp,
+    AluLogic,
+    AluMax,
+    AluMov,
+    AluShift,
+    ErrorCode,
+    Opcode,
+    layout_widths,
+)
+from golden.jitq import AluConfig
+from hw.channel import ID_BITS, StatusLayout, TraceSignature, _counter, select
+
+AluCommandLayout = data.StructLayout(layout_widths(ALU_COMMAND_FIELDS))
+MASK16 = 0xFFFF
+
+
+def _lanes(word):
+    return [word[16 * i:16 * (i + 1)] for i in range(LANES)]
+
+
+class AluChannel(wiring.Component):
+    """Members: ``cmd`` (ALU command stream, ``golden.isa.ALU_COMMAND_FIELDS``),
+    ``wdata`` / ``rdata`` (one 32 B beat per WR / RD), ``trace`` (every
+    issued command and implicit PRE/ACT: ID, opcode, cycle; cannot stall),
+    ``status`` / ``err_clear`` (sticky first error, count), ``cycle``."""
+
+    def __init__(self, config: AluConfig):
+        if not isinstance(config, AluConfig):
+            raise TypeError(f"config must be an AluConfig, not {config!r}")
+        self.config = config
+        super().__init__({
+            "cmd": In(stream.Signature(AluCommandLayout)),
+            "wdata": In(stream.Signature(WORD_BITS)),
+            "rdata": Out(stream.Signature(WORD_BITS)),
+            "trace": Out(TraceSignature),
+            "status": Out(StatusLayout),
+            "err_clear": In(1),
+            "cycle": Out(FIELDS["cycle"].width),
+        })
+
+    def elaborate(self, platform):
+        cfg, tm = self.config, self.config.timing
+        B = cfg.banks
+        m = Module()
+        m.submodules.cmd_fifo = cmd_fifo = fifo.SyncFIFO(width=AluCommandLayout.size,
+                                                         depth=cfg.cmd_depth)
+        m.submodules.wdata_fifo = wdata_fifo = fifo.SyncFIFO(width=WORD_BITS,
+                                                             depth=cfg.wdata_depth)
+        m.submodules.rdata_fifo = rdata_fifo = fifo.SyncFIFO(width=WORD_BITS,
+                                                             depth=cfg.rdata_depth)
+        m.d.comb += [
+            cmd_fifo.w_data.eq(self.cmd.payload), cmd_fifo.w_en.eq(self.cmd.valid),
+            self.cmd.ready.eq(cmd_fifo.w_rdy),
+            wdata_fifo.w_data.eq(self.wdata.payload), wdata_fifo.w_en.eq(self.wdata.valid),
+            self.wdata.ready.eq(wdata_fifo.w_rdy),
+            self.rdata.payload.eq(rdata_fifo.r_data), self.rdata.valid.eq(rdata_fifo.r_rdy),
+            rdata_fifo.r_en.eq(self.rdata.ready),
+        ]
+        m.d.sync += self.cycle.eq(self.cycle + 1)
+        next_id = Signal(ID_BITS)
+        with m.If(cmd_fifo.r_en):
+            m.d.sync += next_id.eq(next_id + 1)
+
+        # ---- decode and check (golden.jitq.AluChannel.check) -------------
+        head = data.View(AluCommandLayout, cmd_fifo.r_data)
+        is_rd, is_wr = head.opcode == Opcode.RD, head.opcode == Opcode.WR
+        fn_ok = Signal()
+        for op, fns in ALU_FUNCTIONS.items():
+            with m.If(head.opcode == op):
+                m.d.comb += fn_ok.eq(Cat(head.alu_fn == f for f in fns).any())
+        is_mem = (head.opcode == Opcode.ALU_MOV) & ((head.alu_fn == AluMov.LD) |
+                                                    (head.alu_fn == AluMov.ST))
+        is_ld = (head.opcode == Opcode.ALU_MOV) & (head.alu_fn == AluMov.LD)
+        is_st = (head.opcode == Opcode.ALU_MOV) & (head.alu_fn == AluMov.ST)
+        host = is_rd | is_wr
+        err = Signal(FIELDS["err_code"].width)
+        with m.If(host & (head.bank >= B)):
+            m.d.comb += err.eq(ErrorCode.BANK_RANGE)
+        with m.Elif(~host & ~fn_ok):
+            m.d.comb += err.eq(ErrorCode.BAD_OPCODE)
+        with m.Elif(is_mem & (head.bank > 1)):
+            m.d.comb += err.eq(ErrorCode.BANK_RANGE)
+        with m.Elif((host | is_mem) & (head.row >= cfg.rows)):
+            m.d.comb += err.eq(ErrorCode.ROW_RANGE)
+        with m.Elif((host | is_mem) & (head.col >= cfg.cols)):
+            m.d.comb += err.eq(ErrorCode.COL_RANGE)
+
+        # ---- banks: open rows and timing ---------------------------------
+        open_ = Signal(B)
+        open_row = [Signal(range(max(2, cfg.rows)), name=f"open_row{b}") for b in range(B)]
+        ras = [_counter(tm.t_ras, f"ras_cnt{b}") for b in range(B)]
+        rcd = [_counter(tm.t_rcd, f"rcd_cnt{b}") for b in range(B)]
+        rp = [_counter(tm.t_rp, f"rp_cnt{b}") for b in range(B)]
+        ccd = _counter(tm.t_ccd, "ccd_cnt")
+        for cnt in [*ras, *rcd, *rp, ccd]:
+            with m.If(cnt != 0):
+                m.d.sync += cnt.eq(cnt - 1)
+        parity = [Const(sum(1 << b for b in range(s, B, 2)), B) for s in (0, 1)]
+        onehot = Signal(B)
+        m.d.comb += onehot.eq(Const(1, B) << head.bank[:max(1, (B - 1).bit_length())])
+        touched = Signal(B)
+        m.d.comb += touched.eq(Mux(is_mem, Mux(head.bank[0], parity[1], parity[0]),
+                                   Mux(host, onehot, 0)))
+        row_hit = Signal(B)
+        m.d.comb += row_hit.eq(Cat(open_[b] & (open_row[b] == head.row) for b in range(B)))
+        pre_mask, act_mask = Signal(B), Signal(B)
+        with m.If(is_mem):  # like the channel's MAC over the parity's banks
+            m.d.comb += pre_mask.eq(Mux((row_hit & touched) != touched, open_ & touched, 0))
+        with m.Else():
+            m.d.comb += pre_mask.eq(touched & open_ & ~row_hit)
+        m.d.comb += act_mask.eq(touched & ~open_)
+
+        def all_zero(cnts, mask):
+            return Cat((~mask[b]) | (cnts[b] == 0) for b in range(B)).all()
+
+        outstanding = Signal(range(cfg.rdata_depth + 1))
+        credit = outstanding < cfg.rdata_depth
+        data_ok = (~is_wr | wdata_fifo.r_rdy) & (~is_rd | credit)
+        do_pre, do_act, do_col, do_drop = (Signal(name=n) for n in
+                                           ("do_pre", "do_act", "do_col", "do_drop"))
+        with m.If(cmd_fifo.r_rdy):
+            with m.If(err != 0):
+                m.d.comb += do_drop.eq(~is_wr | wdata_fifo.r_rdy)
+            with m.Elif(pre_mask != 0):
+                m.d.comb += do_pre.eq(all_zero(ras, pre_mask))
+            with m.Elif(act_mask != 0):
+                m.d.comb += do_act.eq(all_zero(rp, act_mask))
+            with m.Else():
+                m.d.comb += do_col.eq(all_zero(rcd, touched) & (ccd == 0) & data_ok)
+        with m.If(do_pre):
+            m.d.sync += open_.eq(open_ & ~pre_mask)
+            for b in range(B):
+                with m.If(pre_mask[b]):
+                    m.d.sync += rp[b].eq(tm.t_rp - 1)
+        with m.If(do_act):
+            m.d.sync += open_.eq(open_ | act_mask)
+            for b in range(B):
+                with m.If(act_mask[b]):
+                    m.d.sync += [open_row[b].eq(head.row), ras[b].eq(tm.t_ras - 1),
+                                 rcd[b].eq(tm.t_rcd - 1)]
+        with m.If(do_col):
+            m.d.sync += ccd.eq(tm.t_ccd - 1)
+        pop = do_col | do_drop
+        m.d.comb += [cmd_fifo.r_en.eq(pop), wdata_fifo.r_en.eq(pop & is_wr)]
+
+        # ---- trace, credits, status --------------------------------------
+        m.d.comb += [
+            self.trace.valid.eq(do_pre | do_act | do_col),
+            self.trace.payload.cmd_id.eq(next_id),
+            self.trace.payload.opcode.eq(Mux(do_pre, Opcode.PRE,
+                                             Mux(do_act, Opcode.ACT, head.opcode))),
+            self.trace.payload.cycle.eq(self.cycle),
+        ]
+        read_pop = rdata_fifo.r_en & rdata_fifo.r_rdy
+        m.d.sync += outstanding.eq(outstanding + (do_col & is_rd) - read_pop)
+        with m.If(self.err_clear):
+            m.d.sync += [self.status.err_code.eq(0), self.status.err_count.eq(0)]
+        with m.Elif(do_drop):
+            with m.If(self.status.err_code == ErrorCode.NONE):
+                m.d.sync += [self.status.err_code.eq(err), self.status.err_id.eq(next_id)]
+            with m.If(self.status.err_count != (1 << FIELDS["err_count"].width) - 1):
+                m.d.sync += self.status.err_count.eq(self.status.err_count + 1)
+
+        self._datapath(m, head, do_col, is_rd, is_wr, is_ld, is_st, wdata_fifo, rdata_fifo)
+        return m
+
+    def _datapath(self, m, head, do_col, is_rd, is_wr, is_ld, is_st, wdata_fifo, rdata_fifo):
+        cfg = self.config
+        B, P = cfg.banks, cfg.pairs
+        addr = Signal(range(max(2, cfg.rows * cfg.cols)))
+        m.d.comb += addr.eq(head.row * cfg.cols + head.col)
+        regs = [[Signal(WORD_BITS, name=f"alu{a}_r{r}") for r in range(ALU_REGS)]
+                for a in range(P)]
+        counters = [[Signal(16, name=f"alu{a}_cnt{i}") for i in range(LANES)] for a in range(P)]
+        # Selections go through named signals: an expression used in many
+        # places would otherwise be emitted once per use.
+        src_a = [Signal(WORD_BITS, name=f"alu{a}_a") for a in range(P)]
+        src_b = [Signal(WORD_BITS, name=f"alu{a}_b") for a in range(P)]
+        for a in range(P):
+            m.d.comb += [src_a[a].eq(select(head.src_reg, regs[a])),
+                         src_b[a].eq(Mux(head.use_imm, Cat(*[head.imm] * LANES),
+                                         select(head.src2_reg, regs[a])))]
+
+        bank_data = []
+        for b in range(B):
+            a, s = divmod(b, 2)
+            mem = memory.Memory(shape=WORD_BITS, depth=cfg.rows * cfg.cols, init=[])
+            m.submodules[f"bank{b}"] = mem
+            w, r = mem.write_port(), mem.read_port()
+            st_here = is_st & (head.bank[0] == s)
+            m.d.comb += [
+                w.addr.eq(addr), r.addr.eq(addr),
+                w.data.eq(Mux(is_wr, wdata_fifo.r_data, src_a[a])),
+                w.en.eq(do_col & ((is_wr & (head.bank == b)) | st_here)),
+                r.en.eq(do_col & ((is_rd & (head.bank == b)) | (is_ld & (head.bank[0] == s)))),
+            ]
+            bank_data.append(r.data)
+
+        # stage 1: the read ports deliver (RD beat; LD into the register)
+        s1_rd, s1_ld = Signal(), Signal()
+        s1_bank = Signal(range(max(2, B)))
+        s1_sel = Signal()
+        s1_dst = Signal(range(ALU_REGS))
+        m.d.sync += [s1_rd.eq(do_col & is_rd), s1_ld.eq(do_col & is_ld)]
+        with m.If(do_col):
+            m.d.sync += [s1_bank.eq(head.bank), s1_sel.eq(head.bank[0]), s1_dst.eq(head.dst_reg)]
+        ld_data = [Signal(WORD_BITS, name=f"alu{a}_ld") for a in range(P)]
+        m.d.comb += [rdata_fifo.w_en.eq(s1_rd), rdata_fifo.w_data.eq(select(s1_bank, bank_data)),
+                     *[ld_data[a].eq(Mux(s1_sel, bank_data[2 * a + 1], bank_data[2 * a]))
+                       for a in range(P)]]
+
+        # the ALU operation, read and written in the issue cycle
+        is_alu = do_col & ~is_rd & ~is_wr & ~is_ld & ~is_st
+        op, fn = head.opcode, head.alu_fn
+        imm = head.imm
+        reg_write = Signal()
+        m.d.comb += reg_write.eq(is_alu & ~((op == Opcode.ALU_MOV) & (fn == AluMov.SETCNT)))
+        big = Signal()
+        m.d.comb += big.eq(imm >= 16)
+        for a in range(P):
+            a_lanes, b_lanes = _lanes(src_a[a]), _lanes(src_b[a])
+            out, new_cnt = [], []
+            for i in range(LANES):
+                x, y, cnt = a_lanes[i], b_lanes[i], counters[a][i]
+                r = Signal(16, name=f"alu{a}_res{i}")
+                c = Signal(16, name=f"alu{a}_newcnt{i}")
+                rot = Signal(16, name=f"alu{a}_rot{i}")
+                m.d.comb += [c.eq(cnt), rot.eq(select(imm[:4], [a_lanes[(i + k) % LANES]
+                                                                for k in range(LANES)]))]
+                with m.Switch(op):
+                    with m.Case(Opcode.ALU_MOV):
+                        with m.Switch(fn):
+                            with m.Case(AluMov.COPY):
+                                m.d.comb += r.eq(x)
+                            with m.Case(AluMov.IMM):
+                                m.d.comb += r.eq(imm)
+                            with m.Case(AluMov.SETCNT):
+                                m.d.comb += c.eq(x)
+                            with m.Case(AluMov.GETCNT):
+                                m.d.comb += r.eq(cnt)
+                    with m.Case(Opcode.ALU_ADD):
+                        m.d.comb += r.eq(Mux(fn == AluAdd.SUB, x - y, x + y))
+                    with m.Case(Opcode.ALU_MUL):
+                        m.d.comb += r.eq(x * y)
+                    with m.Case(Opcode.ALU_CMP):
+                        hit = Mux(fn == AluCmp.LT, x < y, Mux(fn == AluCmp.EQ, x == y,
+                                                             Mux(fn == AluCmp.NE, x != y, x > y)))
+                        m.d.comb += r.eq(Mux(hit, MASK16, 0))
+                    with m.Case(Opcode.ALU_MAX):
+                        m.d.comb += r.eq(Mux((x > y) ^ (fn == AluMax.MIN), x, y))
+                    with m.Case(Opcode.ALU_LOGIC):
+                        m.d.comb += r.eq(Mux(fn == AluLogic.AND, x & y,
+                                             Mux(fn == AluLogic.OR, x | y,
+                                                 Mux(fn == AluLogic.XOR, x ^ y, x & ~y))))
+                    with m.Case(Opcode.ALU_BITSHIFT):
+                        with m.Switch(fn):
+                            with m.Case(AluShift.SHR):
+                                m.d.comb += r.eq(Mux(big, 0, x >> imm[:4]))
+                            with m.Case(AluShift.SHL):
+                                m.d.comb += r.eq(Mux(big, 0, x << imm[:4]))
+                            with m.Case(AluShift.SHR1_MASK):
+                                m.d.comb += r.eq(Mux(y != 0, x >> 1, x))
+                            with m.Case(AluShift.SHR1_COUNT):
+                                m.d.comb += [r.eq(Mux(cnt != 0, x >> 1, x)),
+                                             c.eq(Mux(cnt != 0, cnt - 1, cnt))]
+                    with m.Case(Opcode.ALU_LANESHIFT):
+                        m.d.comb += r.eq(rot)
+                out.append(r)
+                new_cnt.append(c)
+            result = Signal(WORD_BITS, name=f"alu{a}_result")
+            m.d.comb += result.eq(Cat(*out))
+            for k in range(ALU_REGS):
+                with m.If(reg_write & (head.dst_reg == k)):
+                    m.d.sync += regs[a][k].eq(result)
+                with m.If(s1_ld & (s1_dst == k)):
+                    m.d.sync += regs[a][k].eq(ld_data[a])
+            with m.If(is_alu):
+                m.d.sync += [counters[a][i].eq(new_cnt[i]) for i in range(LANES)]
