@@ -655,11 +655,13 @@ def load_tiles(ch: AluChannel, lay: KernelLayout, tiles: np.ndarray) -> None:
         ch.banks[bank, lay.const_row] = constants_row(cfg.cols)
 
 
-def _used_words(lay: KernelLayout, outputs: bool) -> list[int]:
-    """Word offsets a layout's inputs (and constants row) or its outputs use."""
+def _used_words(lay: KernelLayout, outputs: bool, direction: str = "row") -> list[int]:
+    """Word offsets a layout's inputs (and constants row) use, or the ones a
+    kernel along ``direction`` writes."""
     if outputs:
+        metas = sorted({meta for _, meta, _ in lay.blocks(direction)})
         return [*range(lay.out_base, lay.out_base + lay.in_words),
-                *range(lay.meta_base, lay.meta_base + lay.meta_words)]
+                *(lay.meta_base + w for w in metas)]
     words = [*range(lay.in_words), *range(lay.const_row * lay.cols,
                                           lay.const_row * lay.cols + lay.cols)]
     if lay.source == "fp32":
@@ -682,10 +684,11 @@ def host_load(cfg: AluConfig, lay: KernelLayout, tiles: np.ndarray) -> tuple[lis
     return words, beats
 
 
-def host_readback(cfg: AluConfig, lay: KernelLayout) -> list[int]:
-    """RD commands for every output word of every bank (codes, metadata)."""
+def host_readback(cfg: AluConfig, lay: KernelLayout, direction: str) -> list[int]:
+    """RD commands for every word a kernel along ``direction`` writes, in
+    every bank (codes, metadata)."""
     return [host_rd(bank, *lay.addr(w)) for bank in range(cfg.banks)
-            for w in _used_words(lay, outputs=True)]
+            for w in _used_words(lay, True, direction)]
 
 
 def parse_readback(cfg: AluConfig, lay: KernelLayout, direction: str, rdata: Sequence[int]):
@@ -693,7 +696,7 @@ def parse_readback(cfg: AluConfig, lay: KernelLayout, direction: str, rdata: Seq
     scratch = AluChannel(cfg)
     beats = iter(rdata)
     for bank in range(cfg.banks):
-        for w in _used_words(lay, outputs=True):
+        for w in _used_words(lay, True, direction):
             scratch.banks[bank, w // lay.cols, w % lay.cols] = numerics.words_to_lanes(
                 next(beats))
     return read_results(scratch, lay, direction)

@@ -75,6 +75,10 @@ def cmd_sim(args) -> int:
         hub_tests = runner.list_tests(module_name=runner.HUB_TB_MODULE)
         parts += [(f"hub-{policy}", small_hub_config(policy), hub_tests)
                   for policy in policies if policy in runner.HUB_POLICIES]
+    if not args.no_alu:
+        from sim.generate import ALU_TEST_CONFIG
+
+        parts.append(("alu", ALU_TEST_CONFIG, runner.list_tests(module_name=runner.ALU_TB_MODULE)))
     for policy, config, applicable in parts:
         tests = [t for t in (args.test or applicable) if t in applicable]
         if not tests:
@@ -288,6 +292,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "the PIM module (HUB) tests run with the static and dcs channels")
     s.add_argument("--no-hub", action="store_true",
                    help="skip the PIM module (HUB + channels) tests")
+    s.add_argument("--no-alu", action="store_true",
+                   help="skip the JIT-Q ALU channel tests (tb/test_alu.py)")
     s.add_argument("--stream-commands", type=int, default=int(os.environ.get(
         "STREAM_COMMANDS") or 20000), metavar="N",
                    help="commands per long_* player test (default 20000; also STREAM_COMMANDS)")

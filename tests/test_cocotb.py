@@ -78,6 +78,27 @@ def test_hub_rtl_matches_golden(sim, policy, test, request):
                                     f"(log: {test_dir / 'sim.log'})"
 
 
+#: Icarus runs one kernel per placement (a strided group is about 100K
+#: cycles, near a minute there); Verilator runs every test.
+ALU_ICARUS = ("random_alu_program", "bad_commands", "kernel_tiled_row_mx4",
+              "kernel_tiled_col_mx6", "kernel_strided_row_mx9", "kernel_strided_counter_col_mx4")
+
+
+@pytest.mark.parametrize("sim, test", [
+    pytest.param(sim, test, id=f"{sim}-alu-{test}")
+    for sim in SIMS for test in runner.list_tests(module_name=runner.ALU_TB_MODULE)
+    if sim == "verilator" or test in ALU_ICARUS])
+def test_alu_rtl_matches_golden(sim, test, request):
+    from sim.generate import ALU_TEST_CONFIG
+
+    need(sim)
+    results, test_dir = runner.run(sim, [test], config=ALU_TEST_CONFIG,
+                                   seed=seed_option(request), run_name=f"pytest-alu-{test}")
+    failed = [r for r in results if not r.passed]
+    assert results and not failed, f"{failed[0].message if failed else 'no result'} " \
+                                    f"(log: {test_dir / 'sim.log'})"
+
+
 def wave_trace(sim, test):
     """Run ``test`` on the DCS model with waveforms; return the issue trace
     read back from the VCD as (opcode, cmd_id, clock period index)."""

@@ -9,7 +9,6 @@ from amaranth.sim import Simulator
 from golden import numerics
 from golden.config import Timing
 from golden.isa import (
-    ALU_FUNCTIONS,
     AluMov,
     AluShift,
     ErrorCode,
@@ -18,6 +17,7 @@ from golden.isa import (
 from golden.jitq import AluChannel, AluConfig, KernelLayout, alu, host_rd, host_wr, kernel
 from golden.mx import MX4
 from hw.alu import AluChannel as AluRTL
+from tb.alu_stimulus import random_beat, random_program
 
 TIMING = Timing(t_rcd=4, t_rp=3, t_ras=7, t_ccd=2)
 CFG = AluConfig(pairs=2, rows=4, cols=4, timing=TIMING, cmd_depth=2, wdata_depth=2,
@@ -73,49 +73,10 @@ def check(cfg, words, wdata, **kw):
     return got, ref
 
 
-def _beat(rng):
-    return numerics.lanes_to_word(rng.integers(0, 1 << 16, 16).astype(np.uint16))
-
-
-def random_program(rng, n, cfg=CFG):
-    """Loads, every ALU operation on random registers, stores, read-backs."""
-    words, beats = [], []
-    for b in range(cfg.banks):
-        for col in range(2):
-            words.append(host_wr(b, int(rng.integers(cfg.rows)), col))
-            beats.append(_beat(rng))
-    for _ in range(n):
-        kind = rng.integers(5)
-        reg = lambda: int(rng.integers(16))  # noqa: E731
-        if kind == 0:
-            words.append(alu(Opcode.ALU_MOV, AluMov.LD, dst_reg=reg(), bank=int(rng.integers(2)),
-                             row=int(rng.integers(cfg.rows)), col=int(rng.integers(cfg.cols))))
-        elif kind == 1:
-            words.append(alu(Opcode.ALU_MOV, AluMov.ST, src_reg=reg(), bank=int(rng.integers(2)),
-                             row=int(rng.integers(cfg.rows)), col=int(rng.integers(cfg.cols))))
-        elif kind == 2:
-            words.append(host_rd(int(rng.integers(cfg.banks)), int(rng.integers(cfg.rows)),
-                                 int(rng.integers(cfg.cols))))
-        else:
-            op = list(ALU_FUNCTIONS)[int(rng.integers(len(ALU_FUNCTIONS)))]
-            fn = list(ALU_FUNCTIONS[op])[int(rng.integers(len(ALU_FUNCTIONS[op])))]
-            if op == Opcode.ALU_MOV and fn in (AluMov.LD, AluMov.ST):
-                fn = AluMov.IMM
-            use_imm = int(rng.integers(2))
-            imm = int(rng.integers(0, 20)) if op in (Opcode.ALU_BITSHIFT, Opcode.ALU_LANESHIFT) \
-                else int(rng.integers(1 << 16))
-            words.append(alu(op, fn, dst_reg=reg(), src_reg=reg(), src2_reg=reg(),
-                             use_imm=use_imm, imm=imm))
-    for b in range(cfg.banks):  # read everything back
-        for row in range(cfg.rows):
-            words.append(host_rd(b, row, 0))
-    return words, beats
-
-
 @pytest.mark.parametrize("seed", [1, 2])
 def test_random_programs_match_golden(seed):
     rng = np.random.default_rng(seed)
-    words, beats = random_program(rng, 300)
+    words, beats = random_program(rng, 300, CFG)
     idle = set(rng.integers(0, 3000, 300).tolist())
     stall = set(rng.integers(0, 3000, 600).tolist())
     check(CFG, words, beats, idle=idle, stall=stall)
@@ -136,7 +97,7 @@ def test_bad_commands_and_a_bad_write_keep_the_streams_aligned():
     words = [alu(Opcode.ALU_ADD, 6), host_wr(7, 0, 0), alu(Opcode.ALU_MOV, AluMov.LD, bank=3),
              host_rd(0, 9, 0), host_wr(0, 1, 1), host_rd(0, 1, 1), alu(Opcode.MAC, 0)]
     rng = np.random.default_rng(0)
-    got, ref = check(CFG, words, [_beat(rng), _beat(rng)])
+    got, ref = check(CFG, words, [random_beat(rng), random_beat(rng)])
     assert got["status"] == (ErrorCode.BAD_OPCODE, 0, 5)
     assert len(got["rdata"]) == 1
 
@@ -149,5 +110,5 @@ def test_a_small_kernel_is_bit_exact_and_cycle_exact():
     from golden.jitq import host_load, host_readback
 
     load, beats = host_load(cfg, lay, tiles.astype(np.uint16))
-    words = load + kernel(lay, "row", MX4)[:400] + host_readback(cfg, lay)
+    words = load + kernel(lay, "row", MX4)[:400] + host_readback(cfg, lay, "row")
     check(cfg, words, beats)
