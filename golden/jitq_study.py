@@ -86,11 +86,12 @@ def kernel_table(profile: str = "hbm-jitq", tiles: int = KERNEL_TILES) -> list[d
 
 
 def _pim_seconds(table: list[dict], fmt: str, source: str, placement: str, elements: float,
-                 gpu: JitqGpu) -> float:
+                 gpu: JitqGpu) -> dict[str, float]:
+    """Seconds to quantize ``elements`` along each direction on the GPU's ALUs."""
     alus = gpu.stacks * gpu.alus_per_stack
     per = {r["direction"]: r["ns_per_element"] for r in table if r["format"] == fmt
            and r["source"] == source and r["placement"] == placement}
-    return sum(per[d] for d in DIRECTIONS) * 1e-9 * elements / alus
+    return {d: per[d] * 1e-9 * elements / alus for d in DIRECTIONS}
 
 
 def gemm_seconds(m: JitqModel, fmt: MxFormat, gpu: JitqGpu = JITQ_GPU) -> dict:
@@ -147,12 +148,15 @@ def jitq_study(models=tuple(JITQ_MODELS), profile: str = "hbm-jitq",
             for source in SOURCES:
                 pl = {}
                 for placement in PLACEMENTS:
-                    t_pim = _pim_seconds(table, fname, source, placement,
-                                         m.block_params / m.tp, gpu)
+                    dirs = _pim_seconds(table, fname, source, placement,
+                                        m.block_params / m.tp, gpu)
+                    t_pim = sum(dirs.values())  # both copies: row- and column-quantized
                     f = min(1.0, t_pim / g["seconds"])
                     t2 = max(g["compute"] * (1 + f * gpu.pim_cus / (gpu.cus - gpu.pim_cus)),
                              g["memory"] + t_pim)
-                    pl[placement] = {"quant_ms": round(1e3 * t_pim, 4),
+                    pl[placement] = {"row_ms": round(1e3 * dirs["row"], 4),
+                                     "col_ms": round(1e3 * dirs["col"], 4),
+                                     "quant_ms": round(1e3 * t_pim, 4),
                                      "slack_ms": round(1e3 * (g["seconds"] - t_pim), 4),
                                      "hidden": t_pim <= g["seconds"],
                                      "throughput_loss": round(t2 / g["seconds"] - 1, 4)}

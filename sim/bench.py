@@ -139,6 +139,24 @@ def bench_rtl_hub(sim: str) -> dict:
     return out
 
 
+def bench_rtl_alu(sim: str) -> dict:
+    """tb/test_alu.py kernels on the JIT-Q ALU channel: the plain and the
+    counter-shift strided kernels (load, kernel, read-back) against golden."""
+    from sim.generate import ALU_TEST_CONFIG
+
+    runner.build(sim, ALU_TEST_CONFIG)
+    out = {}
+    for test in ("kernel_strided_row_mx9", "kernel_strided_counter_col_mx4"):
+        results, test_dir = runner.run(sim, [test], config=ALU_TEST_CONFIG, seed=1,
+                                       run_name=f"bench-alu-{test}")
+        m = json.loads((test_dir / "metrics.json").read_text())
+        wall = results[0].wall_s
+        out[test] = {"passed": results[0].passed, "commands": m["commands"],
+                     "cycles": m["cycles"], "test_wall_s": round(wall, 2),
+                     "cycles_per_s": round(m["cycles"] / wall) if wall else None}
+    return out
+
+
 def bench_golden_studies() -> dict:
     """Wall time of the golden-only studies (PIM-SHERPA, heterogeneous
     training, JIT-Q with the ALU commands it times per second) and the
@@ -182,6 +200,7 @@ def bench(out: Path | None, sims: list[str]) -> dict:
         "rtl_dcs_kernel": {sim: bench_rtl_kernel(sim) for sim in sims},
         "golden_hub": bench_golden_hub(),
         "rtl_hub": {sim: bench_rtl_hub(sim) for sim in sims},
+        "rtl_alu": {sim: bench_rtl_alu(sim) for sim in sims},
         "golden_studies": bench_golden_studies(),
     }
     for r in report["rtl"].values():

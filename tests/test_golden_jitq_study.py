@@ -82,6 +82,7 @@ def test_slack_hidden_and_loss_are_consistent(study):
                 for placement in ("strided-counter", "strided", "tiled"):
                     p = d["placements"][placement]
                     assert p["slack_ms"] == pytest.approx(per["gemm_ms"] - p["quant_ms"], abs=2e-4)
+                    assert p["quant_ms"] == pytest.approx(p["row_ms"] + p["col_ms"], abs=2e-4)
                     assert p["hidden"] == (p["slack_ms"] >= 0)
                     loss.append(p["throughput_loss"])
                 assert 0 <= loss[0] <= loss[1] <= loss[2]
