@@ -16,7 +16,7 @@ a command drives them all (broadcast).
 """
 
 from amaranth import Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from golden.isa import (
@@ -37,7 +37,14 @@ from golden.isa import (
     layout_widths,
 )
 from golden.jitq import AluConfig
-from hw.channel import ID_BITS, StatusLayout, TraceSignature, _counter, select
+from hw.channel import (
+    ID_BITS,
+    StatusLayout,
+    TraceSignature,
+    bank_rules,
+    select,
+    stream_fifos,
+)
 
 AluCommandLayout = data.StructLayout(layout_widths(ALU_COMMAND_FIELDS))
 MASK16 = 0xFFFF
@@ -71,21 +78,8 @@ class AluChannel(wiring.Component):
         cfg, tm = self.config, self.config.timing
         B = cfg.banks
         m = Module()
-        m.submodules.cmd_fifo = cmd_fifo = fifo.SyncFIFO(width=AluCommandLayout.size,
-                                                         depth=cfg.cmd_depth)
-        m.submodules.wdata_fifo = wdata_fifo = fifo.SyncFIFO(width=WORD_BITS,
-                                                             depth=cfg.wdata_depth)
-        m.submodules.rdata_fifo = rdata_fifo = fifo.SyncFIFO(width=WORD_BITS,
-                                                             depth=cfg.rdata_depth)
-        m.d.comb += [
-            cmd_fifo.w_data.eq(self.cmd.payload), cmd_fifo.w_en.eq(self.cmd.valid),
-            self.cmd.ready.eq(cmd_fifo.w_rdy),
-            wdata_fifo.w_data.eq(self.wdata.payload), wdata_fifo.w_en.eq(self.wdata.valid),
-            self.wdata.ready.eq(wdata_fifo.w_rdy),
-            self.rdata.payload.eq(rdata_fifo.r_data), self.rdata.valid.eq(rdata_fifo.r_rdy),
-            rdata_fifo.r_en.eq(self.rdata.ready),
-        ]
-        m.d.sync += self.cycle.eq(self.cycle + 1)
+        cmd_fifo, wdata_fifo, rdata_fifo = stream_fifos(m, self, AluCommandLayout.size,
+                                                        WORD_BITS)
         next_id = Signal(ID_BITS)
         with m.If(cmd_fifo.r_en):
             m.d.sync += next_id.eq(next_id + 1)
@@ -114,33 +108,15 @@ class AluChannel(wiring.Component):
         with m.Elif((host | is_mem) & (head.col >= cfg.cols)):
             m.d.comb += err.eq(ErrorCode.COL_RANGE)
 
-        # ---- banks: open rows and timing ---------------------------------
-        open_ = Signal(B)
-        open_row = [Signal(range(max(2, cfg.rows)), name=f"open_row{b}") for b in range(B)]
-        ras = [_counter(tm.t_ras, f"ras_cnt{b}") for b in range(B)]
-        rcd = [_counter(tm.t_rcd, f"rcd_cnt{b}") for b in range(B)]
-        rp = [_counter(tm.t_rp, f"rp_cnt{b}") for b in range(B)]
-        ccd = _counter(tm.t_ccd, "ccd_cnt")
-        for cnt in [*ras, *rcd, *rp, ccd]:
-            with m.If(cnt != 0):
-                m.d.sync += cnt.eq(cnt - 1)
+        # ---- banks: open rows and timing (hw.channel.bank_rules) -----------
         parity = [Const(sum(1 << b for b in range(s, B, 2)), B) for s in (0, 1)]
         onehot = Signal(B)
         m.d.comb += onehot.eq(Const(1, B) << head.bank[:max(1, (B - 1).bit_length())])
         touched = Signal(B)
         m.d.comb += touched.eq(Mux(is_mem, Mux(head.bank[0], parity[1], parity[0]),
                                    Mux(host, onehot, 0)))
-        row_hit = Signal(B)
-        m.d.comb += row_hit.eq(Cat(open_[b] & (open_row[b] == head.row) for b in range(B)))
-        pre_mask, act_mask = Signal(B), Signal(B)
-        with m.If(is_mem):  # like the channel's MAC over the parity's banks
-            m.d.comb += pre_mask.eq(Mux((row_hit & touched) != touched, open_ & touched, 0))
-        with m.Else():
-            m.d.comb += pre_mask.eq(touched & open_ & ~row_hit)
-        m.d.comb += act_mask.eq(touched & ~open_)
-
-        def all_zero(cnts, mask):
-            return Cat((~mask[b]) | (cnts[b] == 0) for b in range(B)).all()
+        banks = bank_rules(m, B, cfg.rows, tm, head.row, touched, is_mem,
+                           ccd_every_column=True)
 
         outstanding = Signal(range(cfg.rdata_depth + 1))
         credit = outstanding < cfg.rdata_depth
@@ -150,25 +126,9 @@ class AluChannel(wiring.Component):
         with m.If(cmd_fifo.r_rdy):
             with m.If(err != 0):
                 m.d.comb += do_drop.eq(~is_wr | wdata_fifo.r_rdy)
-            with m.Elif(pre_mask != 0):
-                m.d.comb += do_pre.eq(all_zero(ras, pre_mask))
-            with m.Elif(act_mask != 0):
-                m.d.comb += do_act.eq(all_zero(rp, act_mask))
             with m.Else():
-                m.d.comb += do_col.eq(all_zero(rcd, touched) & (ccd == 0) & data_ok)
-        with m.If(do_pre):
-            m.d.sync += open_.eq(open_ & ~pre_mask)
-            for b in range(B):
-                with m.If(pre_mask[b]):
-                    m.d.sync += rp[b].eq(tm.t_rp - 1)
-        with m.If(do_act):
-            m.d.sync += open_.eq(open_ | act_mask)
-            for b in range(B):
-                with m.If(act_mask[b]):
-                    m.d.sync += [open_row[b].eq(head.row), ras[b].eq(tm.t_ras - 1),
-                                 rcd[b].eq(tm.t_rcd - 1)]
-        with m.If(do_col):
-            m.d.sync += ccd.eq(tm.t_ccd - 1)
+                banks.choose(do_pre, do_act, do_col, data_ok)
+        banks.update(do_pre, do_act, do_col)
         pop = do_col | do_drop
         m.d.comb += [cmd_fifo.r_en.eq(pop), wdata_fifo.r_en.eq(pop & is_wr)]
 

@@ -104,6 +104,100 @@ def _counter(limit, name):
     return Signal(range(max(limit, 2)), name=name)
 
 
+def stream_fifos(m, top, cmd_width, data_width):
+    """The command, write-data and read-data FIFOs behind ``top``'s
+    ``cmd``/``wdata``/``rdata`` streams (depths from ``top.config``), and
+    its ``cycle`` counter."""
+    cfg = top.config
+    m.submodules.cmd_fifo = cmd_fifo = fifo.SyncFIFO(width=cmd_width, depth=cfg.cmd_depth)
+    m.submodules.wdata_fifo = wdata_fifo = fifo.SyncFIFO(width=data_width,
+                                                         depth=cfg.wdata_depth)
+    m.submodules.rdata_fifo = rdata_fifo = fifo.SyncFIFO(width=data_width,
+                                                         depth=cfg.rdata_depth)
+    m.d.comb += [
+        cmd_fifo.w_data.eq(top.cmd.payload), cmd_fifo.w_en.eq(top.cmd.valid),
+        top.cmd.ready.eq(cmd_fifo.w_rdy),
+        wdata_fifo.w_data.eq(top.wdata.payload), wdata_fifo.w_en.eq(top.wdata.valid),
+        top.wdata.ready.eq(wdata_fifo.w_rdy),
+        top.rdata.payload.eq(rdata_fifo.r_data), top.rdata.valid.eq(rdata_fifo.r_rdy),
+        rdata_fifo.r_en.eq(top.rdata.ready),
+    ]
+    m.d.sync += top.cycle.eq(top.cycle + 1)
+    return cmd_fifo, wdata_fifo, rdata_fifo
+
+
+def bank_rules(m, B, rows, tm, row, touched, as_set, ccd_every_column=False):
+    """Open rows and bank timing (tRAS, tRCD, tRP per bank; tCCD per channel)
+    for a command that touches the banks in mask ``touched`` at ``row``:
+    what it needs next (PRE, ACT or the column access) and whether the timing
+    allows it now. ``as_set``: the banks open together, like the channel's
+    all-bank MAC (if any touched bank is off the row, precharge every open
+    touched bank); otherwise each touched bank on its own. tCCD separates
+    column accesses to the banks, or with ``ccd_every_column`` every column
+    command. ``update`` applies an issue; ``choose`` drives the next action."""
+    open_ = Signal(B)
+    open_row = [Signal(range(max(2, rows)), name=f"open_row{b}") for b in range(B)]
+    ras = [_counter(tm.t_ras, f"ras_cnt{b}") for b in range(B)]
+    rcd = [_counter(tm.t_rcd, f"rcd_cnt{b}") for b in range(B)]
+    rp = [_counter(tm.t_rp, f"rp_cnt{b}") for b in range(B)]
+    ccd = _counter(tm.t_ccd, "ccd_cnt")
+    for cnt in [*ras, *rcd, *rp, ccd]:
+        with m.If(cnt != 0):
+            m.d.sync += cnt.eq(cnt - 1)
+
+    row_hit = Signal(B)
+    m.d.comb += row_hit.eq(Cat(open_[b] & (open_row[b] == row) for b in range(B)))
+    pre_mask = Signal(B)
+    with m.If(as_set):
+        m.d.comb += pre_mask.eq(Mux((row_hit & touched) != touched, open_ & touched, 0))
+    with m.Else():
+        m.d.comb += pre_mask.eq(touched & open_ & ~row_hit)
+    act_mask = Signal(B)
+    m.d.comb += act_mask.eq(touched & ~open_)
+
+    def all_zero(cnts, mask):
+        return Cat((~mask[b]) | (cnts[b] == 0) for b in range(B)).all()
+
+    class Rules:
+        pass
+
+    r = Rules()
+    r.pre_mask, r.act_mask, r.touched = pre_mask, act_mask, touched
+    r.pre_ok = all_zero(ras, pre_mask)
+    r.act_ok = all_zero(rp, act_mask)
+    ccd_ok = (ccd == 0) if ccd_every_column else ((touched == 0) | (ccd == 0))
+    r.col_ok = all_zero(rcd, touched) & ccd_ok
+    r.open_ = open_
+
+    def update(do_pre, do_act, do_col):
+        with m.If(do_pre):
+            m.d.sync += open_.eq(open_ & ~pre_mask)
+            for b in range(B):
+                with m.If(pre_mask[b]):
+                    m.d.sync += rp[b].eq(tm.t_rp - 1)
+        with m.If(do_act):
+            m.d.sync += open_.eq(open_ | act_mask)
+            for b in range(B):
+                with m.If(act_mask[b]):
+                    m.d.sync += [open_row[b].eq(row), ras[b].eq(tm.t_ras - 1),
+                                 rcd[b].eq(tm.t_rcd - 1)]
+        with m.If(do_col & (1 if ccd_every_column else (touched != 0))):
+            m.d.sync += ccd.eq(tm.t_ccd - 1)
+
+    def choose(do_pre, do_act, do_col, col_cond):
+        """Drive the next action the command needs: PRE, ACT, or the
+        column access once ``col_cond`` also holds."""
+        with m.If(pre_mask != 0):
+            m.d.comb += do_pre.eq(r.pre_ok)
+        with m.Elif(act_mask != 0):
+            m.d.comb += do_act.eq(r.act_ok)
+        with m.Else():
+            m.d.comb += do_col.eq(r.col_ok & col_cond)
+
+    r.update, r.choose = update, choose
+    return r
+
+
 class Channel(wiring.Component):
     """A PIM channel: GBuf, B banks with 16-lane BF16 MACs, per-bank OBuf.
 
@@ -155,98 +249,22 @@ class Channel(wiring.Component):
         return command_error(m, self.config, cmd, op, name)
 
     def _bank_rules(self, m, cmd, op, enable):
-        """Open rows and bank timing for the command that may use the banks:
-        what it needs next (PRE, ACT or the column access) and whether the
-        timing allows it now. ``update`` applies an issue."""
-        cfg, tm = self.config, self.config.timing
-        B = cfg.banks
-        open_ = Signal(B)
-        open_row = [Signal(range(max(2, cfg.rows)), name=f"open_row{b}") for b in range(B)]
-        ras = [_counter(tm.t_ras, f"ras_cnt{b}") for b in range(B)]
-        rcd = [_counter(tm.t_rcd, f"rcd_cnt{b}") for b in range(B)]
-        rp = [_counter(tm.t_rp, f"rp_cnt{b}") for b in range(B)]
-        ccd = _counter(tm.t_ccd, "ccd_cnt")
-        for cnt in [*ras, *rcd, *rp, ccd]:
-            with m.If(cnt != 0):
-                m.d.sync += cnt.eq(cnt - 1)
-
+        """Open rows and bank timing for the command that may use the banks
+        (``bank_rules``): a MAC touches every bank, RD/WR their bank."""
+        B = self.config.banks
         bank_onehot = Signal(B)
         m.d.comb += bank_onehot.eq(Const(1, B) << cmd.bank[:max(1, (B - 1).bit_length())])
         touched = Signal(B)
         m.d.comb += touched.eq(Mux(enable & op.mac, (1 << B) - 1,
                                    Mux(enable & op.normal, bank_onehot, 0)))
-        row_hit = Signal(B)
-        m.d.comb += row_hit.eq(Cat(open_[b] & (open_row[b] == cmd.row) for b in range(B)))
-        pre_mask = Signal(B)
-        with m.If(op.mac):
-            # any bank off the row: precharge every open bank
-            m.d.comb += pre_mask.eq(Mux((row_hit & touched) != touched, open_, 0))
-        with m.Else():
-            m.d.comb += pre_mask.eq(touched & open_ & ~row_hit)
-        act_mask = Signal(B)
-        m.d.comb += act_mask.eq(touched & ~open_)
-
-        def all_zero(cnts, mask):
-            return Cat((~mask[b]) | (cnts[b] == 0) for b in range(B)).all()
-
-        class Rules:
-            pass
-
-        r = Rules()
-        r.pre_mask, r.act_mask, r.touched = pre_mask, act_mask, touched
-        r.pre_ok = all_zero(ras, pre_mask)
-        r.act_ok = all_zero(rp, act_mask)
-        r.col_ok = all_zero(rcd, touched) & ((touched == 0) | (ccd == 0))
-        r.open_ = open_
-
-        def update(do_pre, do_act, do_col):
-            with m.If(do_pre):
-                m.d.sync += open_.eq(open_ & ~pre_mask)
-                for b in range(B):
-                    with m.If(pre_mask[b]):
-                        m.d.sync += rp[b].eq(tm.t_rp - 1)
-            with m.If(do_act):
-                m.d.sync += open_.eq(open_ | act_mask)
-                for b in range(B):
-                    with m.If(act_mask[b]):
-                        m.d.sync += [open_row[b].eq(cmd.row), ras[b].eq(tm.t_ras - 1),
-                                     rcd[b].eq(tm.t_rcd - 1)]
-            with m.If(do_col & (touched != 0)):
-                m.d.sync += ccd.eq(tm.t_ccd - 1)
-
-        def choose(do_pre, do_act, do_col, col_cond):
-            """Drive the next action the command needs: PRE, ACT, or the
-            column access once ``col_cond`` also holds."""
-            with m.If(pre_mask != 0):
-                m.d.comb += do_pre.eq(r.pre_ok)
-            with m.Elif(act_mask != 0):
-                m.d.comb += do_act.eq(r.act_ok)
-            with m.Else():
-                m.d.comb += do_col.eq(r.col_ok & col_cond)
-
-        r.update, r.choose = update, choose
-        return r
+        return bank_rules(m, B, self.config.rows, self.config.timing, cmd.row, touched, op.mac)
 
     def elaborate(self, platform):
         cfg = self.config
         m = Module()
 
-        m.submodules.cmd_fifo = cmd_fifo = fifo.SyncFIFO(width=CommandLayout.size,
-                                                         depth=cfg.cmd_depth)
-        width = WORD_BITS if self.datapath else 1
-        m.submodules.wdata_fifo = wdata_fifo = fifo.SyncFIFO(width=width,
-                                                             depth=cfg.wdata_depth)
-        m.submodules.rdata_fifo = rdata_fifo = fifo.SyncFIFO(width=width,
-                                                             depth=cfg.rdata_depth)
-        m.d.comb += [
-            cmd_fifo.w_data.eq(self.cmd.payload), cmd_fifo.w_en.eq(self.cmd.valid),
-            self.cmd.ready.eq(cmd_fifo.w_rdy),
-            wdata_fifo.w_data.eq(self.wdata.payload), wdata_fifo.w_en.eq(self.wdata.valid),
-            self.wdata.ready.eq(wdata_fifo.w_rdy),
-            self.rdata.payload.eq(rdata_fifo.r_data), self.rdata.valid.eq(rdata_fifo.r_rdy),
-            rdata_fifo.r_en.eq(self.rdata.ready),
-        ]
-        m.d.sync += self.cycle.eq(self.cycle + 1)
+        cmd_fifo, wdata_fifo, rdata_fifo = stream_fifos(
+            m, self, CommandLayout.size, WORD_BITS if self.datapath else 1)
 
         # The controller's interface to the rest of the channel.
         self._next_id = next_id = Signal(ID_BITS)  # ID of the command at the FIFO head
