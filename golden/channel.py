@@ -251,11 +251,7 @@ class ChannelModel:
         """A rejected command: raise in strict mode, else record it (sticky)."""
         if self.strict:
             raise CommandError(code, message)
-        streams.errors.append((cmd_id, code))
-        st = streams.status
-        if st.err_code == ErrorCode.NONE:
-            st.err_code, st.err_id = code, cmd_id
-        st.err_count = min(st.err_count + 1, ERR_COUNT_MAX)
+        streams.record_error(cmd_id, code)
 
     def _drop(self, streams: Streams, cmd_id: int, cmd: Command, code: ErrorCode,
               message: str, t: int) -> int:
@@ -357,16 +353,20 @@ class BankTimer:
 
     def next_action(self, op: Opcode, cmd: Command) -> tuple[Opcode, list[int]] | None:
         """The PRE or ACT ``cmd`` needs next, or None when its row is open."""
-        touched = self.touched(op, cmd)
+        return self.action_for(self.touched(op, cmd), cmd.row, as_set=op == Opcode.MAC)
+
+    def action_for(self, touched: list[int], row: int,
+                   as_set: bool) -> tuple[Opcode, list[int]] | None:
+        """The PRE or ACT that opens ``row`` in the ``touched`` banks, or None.
+        ``as_set``: the banks open together (any off the row: precharge every
+        open one of them), else each on its own."""
         if not touched:
             return None
-        if op == Opcode.MAC:
-            if any(self.open_row[b] != cmd.row for b in touched):
-                pre = [b for b in touched if self.open_row[b] is not None]
-            else:
-                pre = []
+        if as_set:
+            off = any(self.open_row[b] != row for b in touched)
+            pre = [b for b in touched if self.open_row[b] is not None] if off else []
         else:
-            pre = [b for b in touched if self.open_row[b] not in (None, cmd.row)]
+            pre = [b for b in touched if self.open_row[b] not in (None, row)]
         if pre:
             return Opcode.PRE, pre
         act = [b for b in touched if self.open_row[b] is None]
@@ -439,6 +439,14 @@ class Streams:
                 raise ValueError(f"read beat {j} was never popped; the run cannot complete")
             return self.rdata_pops[j] + 1
         return self.read_issue[j] + RDATA_POP_LATENCY + 1
+
+    def record_error(self, cmd_id: int, code: ErrorCode) -> None:
+        """A dropped command: listed, and the sticky status updated."""
+        self.errors.append((cmd_id, code))
+        st = self.status
+        if st.err_code == ErrorCode.NONE:
+            st.err_code, st.err_id = code, cmd_id
+        st.err_count = min(st.err_count + 1, ERR_COUNT_MAX)
 
     def issue(self, cycle: int, beat: int | None) -> None:
         if beat is not None:

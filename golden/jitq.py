@@ -62,7 +62,6 @@ import numpy as np
 from golden import numerics
 from golden.channel import (
     CMD_ID_MOD,
-    ERR_COUNT_MAX,
     BankTimer,
     CommandError,
     RunResult,
@@ -142,14 +141,11 @@ def _encode_fields(opcode, fn, dst, src, src2, use_imm, imm, bank, row, col) -> 
                     use_imm=use_imm, imm=imm, bank=bank, row=row, col=col)
 
 
-def alu(opcode: Opcode, fn, **fields) -> int:
+def alu(opcode: Opcode, fn, *, dst_reg=0, src_reg=0, src2_reg=0, use_imm=0, imm=0, bank=0,
+        row=0, col=0) -> int:
     """One ALU command word (``golden.isa.pack_alu``)."""
-    return _encode(tuple(sorted({"opcode": int(opcode), "alu_fn": int(fn), **fields}.items())))
-
-
-@lru_cache(maxsize=8192)
-def _encode(key: tuple) -> int:
-    return pack_alu(**dict(key))
+    return _encode_fields(int(opcode), int(fn), dst_reg, src_reg, src2_reg, use_imm, imm, bank,
+                          row, col)
 
 
 def host_rd(bank: int, row: int, col: int) -> int:
@@ -180,19 +176,7 @@ class _AluBanks(BankTimer):
         return []
 
     def next_action(self, op, c):
-        touched = self.touched(op, c)
-        if not touched:
-            return None
-        row = c["row"]
-        if op == _ALU_MOV:  # all of the parity: any off the row -> PRE every open one
-            pre = [b for b in touched if self.open_row[b] is not None] if any(
-                self.open_row[b] != row for b in touched) else []
-        else:
-            pre = [b for b in touched if self.open_row[b] not in (None, row)]
-        if pre:
-            return Opcode.PRE, pre
-        act = [b for b in touched if self.open_row[b] is None]
-        return (Opcode.ACT, act) if act else None
+        return self.action_for(self.touched(op, c), c["row"], as_set=op == _ALU_MOV)
 
 
 class AluChannel:
@@ -253,11 +237,7 @@ class AluChannel:
             if code is not ErrorCode.NONE:
                 if self.strict:
                     raise AluError(code, f"command {i}: {code.name} ({c})")
-                streams.errors.append((cmd_id, code))
-                st = streams.status
-                if st.err_code == ErrorCode.NONE:
-                    st.err_code, st.err_id = code, cmd_id
-                st.err_count = min(st.err_count + 1, ERR_COUNT_MAX)
+                streams.record_error(cmd_id, code)
                 if op == _WR:  # the beat is consumed, the streams stay aligned
                     t = max(t, streams.take_wdata()[0])
                 free = t + 1
@@ -366,10 +346,12 @@ class Asm:
         return self.names[name]
 
     def emit(self, op, fn, dst=None, a=None, b=None, imm=None, bank=0, row=0, col=0):
-        self.words.append(_encode_fields(
-            int(op), int(fn), 0 if dst is None else self.r(dst), 0 if a is None else self.r(a),
-            self.r(b) if b is not None and imm is None else 0, int(imm is not None),
-            0 if imm is None else imm & MASK16, bank, row, col))
+        self.words.append(alu(
+            op, fn, dst_reg=0 if dst is None else self.r(dst),
+            src_reg=0 if a is None else self.r(a),
+            src2_reg=self.r(b) if b is not None and imm is None else 0,
+            use_imm=int(imm is not None), imm=0 if imm is None else imm & MASK16,
+            bank=bank, row=row, col=col))
 
     # shorthands: dst <- a (op) b|imm
     def ld(self, dst, bank, row, col):
@@ -450,6 +432,15 @@ class KernelLayout:
 
     def addr(self, word: int) -> tuple[int, int]:
         return divmod(word, self.cols)
+
+    def tile_row(self, flat_bank: np.ndarray, base: int, t: int, r: int) -> np.ndarray:
+        """View of row ``r`` of tile ``t`` (16 elements) in a bank's words
+        ``flat_bank`` (words, 16 lanes), from word offset ``base``."""
+        if self.placement == "tiled":
+            return flat_bank[base + 16 * t + r]
+        g, lane = divmod(t, LANES)
+        w = base + 256 * g + 16 * r
+        return flat_bank[w:w + 16, lane]
 
     def blocks(self, direction: str) -> list[tuple[list[int], int, bool]]:
         """(16 input word offsets, metadata word, lane-wise?) per block group:
@@ -538,6 +529,14 @@ def _element(asm: Asm, fmt: MxFormat, counter: bool, x: str, e: str, u1: str, q:
     asm.op(Opcode.ALU_LOGIC, AluLogic.ANDN, q, q, "SPECIAL")
 
 
+def _low_half(asm: Asm, bank: int, lay: KernelLayout, word: int) -> str | None:
+    """FP32: load the low 16 bits of the elements at ``word``; their register."""
+    if lay.source != "fp32":
+        return None
+    asm.ld("lo", bank, *lay.addr(lay.lo_base + word))
+    return "lo"
+
+
 def _special(asm: Asm) -> None:
     asm.op(Opcode.ALU_CMP, AluCmp.EQ, "SPECIAL", "ES", imm=0xFF)
 
@@ -570,11 +569,7 @@ def _lane_wise(asm: Asm, fmt: MxFormat, counter: bool, bank: int, lay: KernelLay
         asm.op(Opcode.ALU_LOGIC, AluLogic.OR, "MICRO", "MICRO", "t")
         asm.op(Opcode.ALU_LOGIC, AluLogic.AND, "u", "u", imm=1)
         for x, e, k in (("x", "e", 2 * p), ("y", "f", 2 * p + 1)):
-            lo = None
-            if lay.source == "fp32":
-                lo = "lo"
-                asm.ld(lo, bank, *lay.addr(lay.lo_base + words[k]))
-            _element(asm, fmt, counter, x, e, "u", "q", lo)
+            _element(asm, fmt, counter, x, e, "u", "q", _low_half(asm, bank, lay, words[k]))
             asm.st("q", bank, *lay.addr(lay.out_base + words[k]))
     _meta(asm, bank, lay, meta)
 
@@ -602,11 +597,7 @@ def _cross_lane(asm: Asm, fmt: MxFormat, counter: bool, bank: int, lay: KernelLa
         asm.op(Opcode.ALU_LANESHIFT, AluLane.ROT, "t", "MICRO", imm=k)
         asm.op(Opcode.ALU_LOGIC, AluLogic.OR, "MICRO", "MICRO", "t")
     asm.op(Opcode.ALU_LOGIC, AluLogic.AND, "u", "u", imm=1)
-    lo = None
-    if lay.source == "fp32":
-        lo = "lo"
-        asm.ld(lo, bank, *lay.addr(lay.lo_base + word))
-    _element(asm, fmt, counter, "x", "e", "u", "q", lo)
+    _element(asm, fmt, counter, "x", "e", "u", "q", _low_half(asm, bank, lay, word))
     asm.st("q", bank, *lay.addr(lay.out_base + word))
     _meta(asm, bank, lay, meta)
 
@@ -646,12 +637,7 @@ def load_tiles(ch: AluChannel, lay: KernelLayout, tiles: np.ndarray) -> None:
         for base, plane in planes:
             for t in range(lay.tiles):
                 for r in range(TILE):
-                    if lay.placement == "tiled":
-                        flat[bank, base + 16 * t + r] = plane[bank, t, r]
-                    else:
-                        g, lane = divmod(t, LANES)
-                        w = base + 256 * g + 16 * r
-                        flat[bank, w: w + 16, lane] = plane[bank, t, r]
+                    lay.tile_row(flat[bank], base, t, r)[:] = plane[bank, t, r]
         ch.banks[bank, lay.const_row] = constants_row(cfg.cols)
 
 
@@ -714,12 +700,7 @@ def read_results(ch: AluChannel, lay: KernelLayout, direction: str):
     for bank in range(nb):
         for t in range(lay.tiles):
             for r in range(TILE):
-                if lay.placement == "tiled":
-                    codes[bank, t, r] = flat[bank, lay.out_base + 16 * t + r]
-                else:
-                    g, lane = divmod(t, LANES)
-                    w = lay.out_base + 256 * g + 16 * r
-                    codes[bank, t, r] = flat[bank, w:w + 16, lane]
+                codes[bank, t, r] = lay.tile_row(flat[bank], lay.out_base, t, r)
             for i in range(TILE):
                 if lay.placement == "tiled":
                     word = 16 * t + i if direction == "row" else 16 * t
