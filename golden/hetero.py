@@ -385,7 +385,11 @@ class Run:
     movement: float
     sync: float
     recursive: bool = False
-    freed: bool = False
+
+
+def stream_seconds(op: Op, cfg: HeteroConfig) -> float:
+    """Time to stream an op's bytes through every bank of the stack."""
+    return op.nbytes / (HETERO_BANKS * cfg.bank_gbs * 1e9)
 
 
 class Devices:
@@ -401,6 +405,7 @@ class Devices:
         self.prog_busy = self.cpu_busy = False
         self.now = 0.0
         self.runs: dict[int, Run] = {}
+        self.live: dict[int, Run] = {}  # runs not yet released by ``advance``
         self.where: dict[int, str] = {}  # op -> device it ran on
 
     # API ------------------------------------------------------------------
@@ -430,8 +435,7 @@ class Devices:
         """(end time, units idle by then beyond the idle ones) of the
         running runs holding fixed-function units, by end time."""
         out, freed = [], 0
-        for r in sorted((r for r in self.runs.values() if not r.freed and sum(r.units)),
-                        key=lambda r: r.end):
+        for r in sorted((r for r in self.live.values() if sum(r.units)), key=lambda r: r.end):
             freed += sum(r.units)
             out.append((r.end, freed))
         return out
@@ -466,9 +470,9 @@ class Devices:
     def advance(self, t: float) -> list[Run]:
         """Move the clock to ``t``; release and return the runs ended by then."""
         self.now = t
-        ended = [r for r in self.runs.values() if r.end <= t and not r.freed]
+        ended = [r for r in self.live.values() if r.end <= t]
         for r in ended:
-            r.freed = True
+            del self.live[r.handle]
             for b, u in enumerate(r.units):
                 self.idle_bank[b] += u
             if r.device == "prog":
@@ -501,22 +505,22 @@ class Devices:
             fix_op, movement = self._fixed_time(op, held)
             return max(other, fix_op), movement, cfg.prog_sync_s + cfg.fix_sync_s
         muladd = op.muladd / (cfg.prog_cores * cfg.prog_hz * cfg.prog_muladd_per_cycle)
-        stream = op.nbytes / (HETERO_BANKS * cfg.bank_gbs * 1e9)
-        return max(muladd + other, stream), self._flush(op), cfg.prog_sync_s
+        return max(muladd + other, stream_seconds(op, cfg)), self._flush(op), cfg.prog_sync_s
 
     def _fixed_time(self, op: Op, held: list[int]) -> tuple[float, float]:
         cfg, units = self.cfg, sum(held)
         compute = op.muladd / (2 * units * cfg.fixed_hz)
-        stream = op.nbytes / (HETERO_BANKS * cfg.bank_gbs * 1e9)
         # work is spread over the units, data evenly over all banks: a bank
         # whose units take more than 1/32 of the work reads the rest remotely
         remote = sum(max(0.0, u / units - 1 / HETERO_BANKS) for u in held) * op.nbytes
-        return max(compute, stream), remote / (cfg.network_gbs * 1e9) + self._flush(op)
+        return (max(compute, stream_seconds(op, cfg)),
+                remote / (cfg.network_gbs * 1e9) + self._flush(op))
 
     def _start(self, op, device, held, operation, movement, sync) -> int:
         h = len(self.runs)
         end = self.now + operation + movement + sync
-        self.runs[h] = Run(h, op.id, device, self.now, end, held, operation, movement, sync)
+        self.runs[h] = self.live[h] = Run(h, op.id, device, self.now, end, held, operation,
+                                          movement, sync)
         self.where[op.id] = device
         return h
 
@@ -527,7 +531,7 @@ class Devices:
 def useful_units(op: Op, cfg: HeteroConfig) -> int:
     """Fixed-function units beyond which ``op`` is bound by streaming its
     bytes through the banks (more would sit idle)."""
-    stream = op.nbytes / (HETERO_BANKS * cfg.bank_gbs * 1e9)
+    stream = stream_seconds(op, cfg)
     if stream <= 0:
         return max(1, cfg.fixed_units)
     return max(1, min(cfg.fixed_units, math.ceil(op.muladd / (2 * cfg.fixed_hz * stream))))
@@ -649,9 +653,10 @@ def critical_path(ops: list[Op], runs: list[Run]) -> dict:
         deps = [by_op[d] for d in ops[r.op].deps]
         prev = max(deps, key=lambda d: d.end, default=None)
         if prev is None or prev.end < r.start - 1e-15:
-            k = bisect.bisect_right(end_times, r.start + 1e-15)
-            cands = [x for x in ends[:k] if x is not r]
-            prev = cands[-1] if cands else None
+            k = bisect.bisect_right(end_times, r.start + 1e-15) - 1
+            while k >= 0 and ends[k] is r:
+                k -= 1
+            prev = ends[k] if k >= 0 else None
         if prev is None:
             cats["wait"] += r.start
         else:
