@@ -14,8 +14,6 @@ import time
 from pathlib import Path
 
 from golden.config import POLICIES, PROFILES, ConfigError, load_profile, load_profile_data
-from golden.sherpa_study import SEQ_LENS as SHERPA_SEQ_LENS
-from golden.sherpa_study import SPLIT_BYTES as SHERPA_SPLIT
 from sim.generate import CONFIGS
 from sim.tools import SIMULATORS, ToolError
 
@@ -47,6 +45,17 @@ def _int_list(text: str, what: str) -> tuple[int, ...]:
     if not values or min(values) < 1:
         raise ConfigError(f"{what}: every value must be >= 1, not {text!r}")
     return values
+
+
+def _name_list(text: str | None, known, what: str, noun: str) -> tuple[str, ...]:
+    """Comma-separated names, each one of ``known`` (None: all of them)."""
+    if text is None:
+        return tuple(known)
+    names = tuple(n.strip() for n in text.split(","))
+    for n in names:
+        if n not in known:
+            raise ConfigError(f"{what}: unknown {noun} {n!r} (known: {', '.join(known)})")
+    return names
 
 
 def _emit(data: dict, json_path: str | None) -> None:
@@ -225,23 +234,20 @@ def cmd_dpa_program(args) -> int:
 
 
 def cmd_sherpa(args) -> int:
-    from golden.sherpa_study import sherpa_study
+    from golden.sherpa_study import SEQ_LENS, SPLIT_BYTES, sherpa_study
 
-    if args.split_bytes < 1:
-        raise ConfigError(f"--split-bytes must be >= 1, not {args.split_bytes}")
-    _emit(sherpa_study(seq_lens=_int_list(args.seq_lens, "--seq-lens"),
-                       split_bytes=args.split_bytes), args.json)
+    split = SPLIT_BYTES if args.split_bytes is None else args.split_bytes
+    if split < 1:
+        raise ConfigError(f"--split-bytes must be >= 1, not {split}")
+    seq_lens = SEQ_LENS if args.seq_lens is None else _int_list(args.seq_lens, "--seq-lens")
+    _emit(sherpa_study(seq_lens=seq_lens, split_bytes=split), args.json)
     return 0
 
 
 def cmd_hetero_training(args) -> int:
     from golden.hetero import WORKLOADS, hetero_study
 
-    workloads = tuple(w.strip() for w in args.workloads.split(","))
-    for w in workloads:
-        if w not in WORKLOADS:
-            raise ConfigError(f"--workloads: unknown workload {w!r} "
-                              f"(known: {', '.join(WORKLOADS)})")
+    workloads = _name_list(args.workloads, WORKLOADS, "--workloads", "workload")
     if args.steps < 1:
         raise ConfigError(f"--steps must be >= 1, not {args.steps}")
     if not 0 <= args.offload_fraction <= 1:
@@ -254,12 +260,7 @@ def cmd_jitq(args) -> int:
     from golden.jitq_study import jitq_study
     from golden.reference import JITQ_MODELS
 
-    models = tuple(m.strip() for m in args.models.split(",")) if args.models else tuple(
-        JITQ_MODELS)
-    for m in models:
-        if m not in JITQ_MODELS:
-            raise ConfigError(f"--models: unknown model {m!r} (known: {', '.join(JITQ_MODELS)})")
-    _emit(jitq_study(models), args.json)
+    _emit(jitq_study(_name_list(args.models, JITQ_MODELS, "--models", "model")), args.json)
     return 0
 
 
@@ -337,12 +338,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="dpa-capacity: context lengths drawn per dataset (with --seed)")
     s.add_argument("--chunk-bytes", type=int, default=1 << 20,
                    help="dpa-capacity: KV chunk size in bytes (default 1 MB)")
-    s.add_argument("--seq-lens", default=",".join(map(str, SHERPA_SEQ_LENS)),
-                   help="sherpa: prefill input lengths (tokens)")
-    s.add_argument("--split-bytes", type=int, default=SHERPA_SPLIT,
+    s.add_argument("--seq-lens", default=None,
+                   help="sherpa: prefill input lengths in tokens (default 1 to 4096)")
+    s.add_argument("--split-bytes", type=int, default=None,
                    help="sherpa: copy piece size of balanced DDB (default 1 MB)")
-    s.add_argument("--workloads", default="VGG-19,AlexNet,DCGAN",
-                   help="hetero-training: workloads (comma-separated)")
+    s.add_argument("--workloads", default=None,
+                   help="hetero-training: workloads (comma-separated; default: all)")
     s.add_argument("--steps", type=int, default=4, help="hetero-training: training steps")
     s.add_argument("--models", default=None,
                    help="jitq: models (comma-separated; default: all of REFERENCE.md)")
