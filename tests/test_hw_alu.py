@@ -4,7 +4,6 @@ and the sticky errors (the cocotb tests run the kernels on the Verilog)."""
 
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
 
 from golden import numerics
 from golden.config import Timing
@@ -18,6 +17,7 @@ from golden.jitq import AluChannel, AluConfig, KernelLayout, alu, host_rd, host_
 from golden.mx import MX4
 from hw.alu import AluChannel as AluRTL
 from tb.alu_stimulus import random_beat, random_program
+from tests.stream_driver import drive_streams
 
 TIMING = Timing(t_rcd=4, t_rp=3, t_ras=7, t_ccd=2)
 CFG = AluConfig(pairs=2, rows=4, cols=4, timing=TIMING, cmd_depth=2, wdata_depth=2,
@@ -25,42 +25,7 @@ CFG = AluConfig(pairs=2, rows=4, cols=4, timing=TIMING, cmd_depth=2, wdata_depth
 
 
 def simulate(cfg, words, wdata, idle=(), stall=(), max_cycles=20000):
-    dut = AluRTL(cfg)
-    out = {"cmd_arr": [], "wdata_arr": [], "pops": [], "rdata": [], "trace": []}
-    idle, stall = set(idle), set(stall)
-
-    async def bench(ctx):
-        ci = wi = 0
-        for cycle in range(max_cycles):
-            ctx.set(dut.cmd.valid, ci < len(words) and cycle not in idle)
-            ctx.set(dut.cmd.payload.as_value(), words[ci] if ci < len(words) else 0)
-            ctx.set(dut.wdata.valid, wi < len(wdata) and cycle not in idle)
-            ctx.set(dut.wdata.payload, wdata[wi] if wi < len(wdata) else 0)
-            ctx.set(dut.rdata.ready, cycle not in stall)
-            now = ctx.get(dut.cycle)
-            if ctx.get(dut.cmd.valid) and ctx.get(dut.cmd.ready):
-                out["cmd_arr"].append(now)
-                ci += 1
-            if ctx.get(dut.wdata.valid) and ctx.get(dut.wdata.ready):
-                out["wdata_arr"].append(now)
-                wi += 1
-            if ctx.get(dut.rdata.valid) and ctx.get(dut.rdata.ready):
-                out["pops"].append(now)
-                out["rdata"].append(ctx.get(dut.rdata.payload))
-            if ctx.get(dut.trace.valid):
-                p = ctx.get(dut.trace.payload)
-                out["trace"].append((p.cmd_id, Opcode(p.opcode), p.cycle))
-            await ctx.tick()
-            if ci == len(words) and cycle > 40 + (out["trace"][-1][2] if out["trace"] else 0):
-                break
-        st = ctx.get(dut.status)
-        out["status"] = (ErrorCode(st.err_code), st.err_id, st.err_count)
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(bench)
-    sim.run()
-    return out
+    return drive_streams(AluRTL(cfg), words, wdata, idle, stall, max_cycles=max_cycles, tail=40)
 
 
 def check(cfg, words, wdata, **kw):

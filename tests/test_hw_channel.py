@@ -5,7 +5,6 @@ the cocotb runs of the generated Verilog."""
 
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
 
 from golden import numerics as nm
 from golden.channel import ChannelModel, Command, mac, rd, rd_out, wr, wr_inp
@@ -13,6 +12,7 @@ from golden.config import POLICIES, ChannelConfig, Timing
 from golden.isa import ErrorCode, Opcode
 from hw.channel import Channel
 from tb.stimulus import random_stream
+from tests.stream_driver import drive_streams
 
 TIMING = Timing(t_rcd=5, t_rp=4, t_ras=9, t_ccd=2, t_wr_inp=2, t_mac=3, t_rd_out=2)
 CFG = ChannelConfig(banks=2, rows=4, cols=4, gbuf_entries=4, obuf_entries=2, cmd_depth=2,
@@ -27,45 +27,8 @@ def cfg(request):
 def simulate(config, commands, wdata, idle=(), stall=(), clear_at=None, max_cycles=4000):
     """Drive the streams cycle by cycle; return what the golden model needs
     (arrival and pop cycles) and what the DUT produced."""
-    dut = Channel(config)
-    words = [c.pack() for c in commands]
-    out = {"cmd_arr": [], "wdata_arr": [], "pops": [], "rdata": [], "trace": [], "status": None}
-    idle, stall = set(idle), set(stall)
-
-    async def bench(ctx):
-        ci = wi = 0
-        for cycle in range(max_cycles):
-            ctx.set(dut.cmd.valid, ci < len(words) and cycle not in idle)
-            ctx.set(dut.cmd.payload.as_value(), words[ci] if ci < len(words) else 0)
-            ctx.set(dut.wdata.valid, wi < len(wdata) and cycle not in idle)
-            ctx.set(dut.wdata.payload, wdata[wi] if wi < len(wdata) else 0)
-            ctx.set(dut.rdata.ready, cycle not in stall)
-            ctx.set(dut.err_clear, cycle == clear_at)
-            now = ctx.get(dut.cycle)
-            assert now == cycle
-            if ctx.get(dut.cmd.valid) and ctx.get(dut.cmd.ready):
-                out["cmd_arr"].append(now)
-                ci += 1
-            if ctx.get(dut.wdata.valid) and ctx.get(dut.wdata.ready):
-                out["wdata_arr"].append(now)
-                wi += 1
-            if ctx.get(dut.rdata.valid) and ctx.get(dut.rdata.ready):
-                out["pops"].append(now)
-                out["rdata"].append(ctx.get(dut.rdata.payload))
-            if ctx.get(dut.trace.valid):
-                p = ctx.get(dut.trace.payload)
-                out["trace"].append((p.cmd_id, Opcode(p.opcode), p.cycle))
-            await ctx.tick()
-            if ci == len(words) and cycle > 60 + (out["trace"][-1][2] if out["trace"] else 0):
-                break
-        st = ctx.get(dut.status)
-        out["status"] = (ErrorCode(st.err_code), st.err_id, st.err_count)
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(bench)
-    sim.run()
-    return out
+    return drive_streams(Channel(config), [c.pack() for c in commands], wdata, idle, stall,
+                         clear_at, max_cycles)
 
 
 def check_against_golden(config, commands, wdata, **kw):
