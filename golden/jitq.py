@@ -87,7 +87,7 @@ from golden.isa import (
     pack_alu,
     unpack_alu,
 )
-from golden.mx import BLOCK, MxFormat
+from golden.mx import BLOCK, SOURCES, MxFormat
 
 MASK16 = 0xFFFF
 
@@ -391,14 +391,18 @@ class KernelLayout:
     def __post_init__(self):
         if self.placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, not {self.placement!r}")
-        if self.source not in ("bf16", "fp32"):
-            raise ValueError(f"source must be bf16 or fp32, not {self.source!r}")
+        if self.source not in SOURCES:
+            raise ValueError(f"source must be one of {list(SOURCES)}, not {self.source!r}")
         if self.tiles < 1:
             raise ValueError(f"tiles must be >= 1, not {self.tiles}")
-        end = self.lo_base + self.in_words if self.source == "fp32" else \
-            self.meta_base + self.meta_words
-        if end > (self.rows - 1) * self.cols:
+        if self.end_word > (self.rows - 1) * self.cols:
             raise ValueError(f"{self.tiles} tiles do not fit {self.rows} rows")
+
+    @property
+    def end_word(self) -> int:
+        """One past the last word the layout uses below its constants row."""
+        return self.lo_base + self.in_words if self.source == "fp32" else \
+            self.meta_base + self.meta_words
 
     @property
     def lo_base(self) -> int:

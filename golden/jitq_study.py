@@ -49,18 +49,17 @@ from golden.jitq import (
     kernel,
 )
 from golden.mx import FORMATS, MxFormat
+from golden.mx import SOURCES as MX_SOURCES
 from golden.reference import JITQ_GPU, JITQ_MODELS, JitqGpu, JitqModel
 
-SOURCES = ("bf16", "fp32")
+SOURCES = tuple(MX_SOURCES)
 KERNEL_TILES = 16
 GB = 1e9
 
 
 def rows_needed(placement: str, tiles: int, cols: int, source: str) -> int:
     """Rows a kernel layout uses, its constants row included."""
-    lay = KernelLayout(placement, tiles, cols, 1 << 20, source)
-    end = lay.lo_base + lay.in_words if source == "fp32" else lay.meta_base + lay.meta_words
-    return -(-end // cols) + 1
+    return -(-KernelLayout(placement, tiles, cols, 1 << 20, source).end_word // cols) + 1
 
 
 def kernel_table(profile: str = "hbm-jitq", tiles: int = KERNEL_TILES) -> list[dict]:
