@@ -39,7 +39,7 @@ method and left out.
 
 from __future__ import annotations
 
-import bisect
+from collections import deque
 from dataclasses import dataclass
 
 from golden.reference import (
@@ -115,8 +115,8 @@ def pipeline(stages: list[Stage], host: SherpaHost, buffers: int,
     and GEMM end."""
     whole = split_bytes is None
     capacity = buffers if whole else buffers * buffer_bytes
-    frees: list[float] = []  # sorted free times of resident pieces (known)
-    sizes: dict[float, int] = {}
+    # (GEMM end, units) of resident matrices, in GEMM order: their ends never decrease
+    frees: deque[tuple[float, int]] = deque()
     copier = gemm_end = copy_busy = gemm_busy = copy_wait = 0.0
     stages_out: list[dict] = []
     for stage in stages:
@@ -135,21 +135,20 @@ def pipeline(stages: list[Stage], host: SherpaHost, buffers: int,
             t = copier
             # drop pieces freed by t; wait for more while the ring is full
             while True:
-                k = bisect.bisect_right(frees, t)
-                for f in frees[:k]:
-                    capacity += sizes.pop(f) if f in sizes else 0
-                del frees[:k]
+                while frees and frees[0][0] <= t:
+                    capacity += frees.popleft()[1]
                 if units <= capacity:
                     break
                 if not frees:
                     raise ValueError(f"{stage.name}: the buffers cannot hold one matrix")
-                t = frees[0]
+                t = frees[0][0]
             copy_wait += t - copier
             first = t if first is None else first
             capacity -= units
             pending += units
-            copier = t + copy_time(piece, host)
-            copy_busy += copy_time(piece, host)
+            seconds = copy_time(piece, host)
+            copier = t + seconds
+            copy_busy += seconds
         start = max(copier if pieces else 0.0, gemm_end)
         gemm_end = start + stage.compute
         if trace:
@@ -158,8 +157,7 @@ def pipeline(stages: list[Stage], host: SherpaHost, buffers: int,
                                "gemm_start": start, "gemm_end": gemm_end})
         gemm_busy += stage.compute
         if pending:
-            bisect.insort(frees, gemm_end)
-            sizes[gemm_end] = sizes.get(gemm_end, 0) + pending
+            frees.append((gemm_end, pending))
     out = {"ttft_s": gemm_end, "copy_s": copy_busy, "compute_s": gemm_busy,
            "copy_wait_s": copy_wait}
     if trace:
