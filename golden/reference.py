@@ -93,15 +93,24 @@ DATASETS = {d.task: d for d in [
 
 @dataclass(frozen=True)
 class System:
+    """One PIM module of a system (Table IV). ``fc_on``: where the FC
+    layers run (``xpu``: the matrix units; ``pim``: GEMVs on the PIM
+    channels, CENT-like)."""
+
     name: str
     module_gb: int
     channels_per_module: int
+    tflops: float  # xPU matrix units (xPU+PIM) or near-memory compute (PIM-only)
+    internal_tbs: float
+    fc_on: str
     note: str
 
 
 SYSTEMS = {s.name: s for s in [
-    System("xPU+PIM", 32, 32, "NeuPIMs-like: 8 matrix units (256 TFLOPS), 32 TB/s internal"),
-    System("PIM-only", 16, 32, "CENT-like: near-memory compute 3 TFLOPS, 16 TB/s internal"),
+    System("xPU+PIM", 32, 32, 256.0, 32.0, "xpu",
+           "NeuPIMs-like: 8 matrix units (256 TFLOPS), 32 TB/s internal"),
+    System("PIM-only", 16, 32, 3.0, 16.0, "pim",
+           "CENT-like: near-memory compute 3 TFLOPS, 16 TB/s internal"),
 ]}
 
 #: PIMphony module: 16 channels x 16 banks (REFERENCE.md), KV chunk 1 MB.

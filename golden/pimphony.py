@@ -1,0 +1,233 @@
+"""The PIMphony system studies behind ``pimorch run``: ``pimphony``,
+``pimphony-scaling`` and ``tcp-activation`` (docs/pimphony.md).
+
+Each takes a scenario (:mod:`golden.scenario`) and a Dask scheduler
+(:mod:`golden.sweep`). Fast mode first calibrates every kernel shape the
+scenario needs (one task per shape and policy), then times the points
+(one task per point) with those calibrations.
+"""
+
+from __future__ import annotations
+
+import time
+from itertools import product
+
+import numpy as np
+
+from golden import scenario as sc
+from golden import sweep
+from golden.config import ConfigError
+from golden.isa import LANES
+from golden.kernel_timing import MODES, KernelTimer, Shape
+from golden.reference import DATASETS, MODELS, SYSTEMS, Model
+from golden.system import (
+    COMPONENTS,
+    STEPS,
+    Assumptions,
+    channel_config,
+    evaluate,
+    kernel_shapes,
+    step_policy,
+    t_ck_ns,
+)
+
+
+def _r(x: float) -> float:
+    return float(f"{x:.6g}")
+
+
+def _common(data: dict) -> tuple[Assumptions, float]:
+    if data["mode"] not in MODES:
+        raise ConfigError(f"mode must be one of {', '.join(MODES)}, not {data['mode']!r}")
+    asm = sc.assumptions(data)
+    return asm, t_ck_ns(data["profile"])
+
+
+def _calibrate(task: tuple) -> tuple:
+    profile, policy, asm, shape = task
+    timer = KernelTimer(channel_config(profile, policy, asm))
+    return policy, shape.key(), timer.calibration(shape)
+
+
+def calibrate(profile: str, policies, shapes, asm: Assumptions, mode: str,
+              scheduler: str, progress: bool | None) -> dict:
+    """``{policy: {shape key: calibration}}`` for fast mode (empty in exact)."""
+    tables: dict = {p: {} for p in policies}
+    if mode != "fast":
+        return tables
+    tasks = [(profile, p, asm, s) for p in policies for s in shapes]
+    bar = sweep.Progress(len(tasks), "calibrate", progress)
+    for policy, key, cal in sweep.run(_calibrate, tasks, scheduler, bar):
+        tables[policy][key] = cal
+    return tables
+
+
+def _result(r: dict) -> dict:
+    out = {k: (_r(v) if isinstance(v, float) else v) for k, v in r.items()
+           if k not in ("breakdown_s", "options")}
+    out["breakdown_s"] = {k: _r(v) for k, v in r["breakdown_s"].items()}
+    out["breakdown_share"] = {k: _r(v / r["step_s"]) if r["step_s"] else 0.0
+                              for k, v in r["breakdown_s"].items()}
+    out["options"] = [{"tp": o["tp"], "pp": o["pp"], "tokens_per_s": _r(o["tokens_per_s"])}
+                      for o in r["options"]]
+    return out
+
+
+def _point(p: dict) -> dict:
+    """One (model, lengths, system, capacity, step) point: the best TP/PP."""
+    model, system, step = MODELS[p["model"]], SYSTEMS[p["system"]], STEPS[p["step"]]
+    asm = p["asm"]
+    policy = step_policy(step, asm)
+    timer = KernelTimer(channel_config(p["profile"], policy, asm), p["mode"], p["table"])
+    lengths = p["lengths"]
+    window = max(model.window, int(lengths.max())) if len(lengths) else model.window
+    r = evaluate(model, system, lengths, p["capacity_gb"], step, timer, p["t_ck"], asm, window)
+    return {**{k: p[k] for k in p["keys"]}, "partition": step.partition, "policy": policy,
+            "kv": step.kv, **_result(r)}
+
+
+def _models(data: dict) -> list[Model]:
+    return [MODELS[n] for n in sc.choose(data, "models", MODELS)]
+
+
+def pimphony(data: dict, scheduler: str = "serial", progress: bool | None = None) -> dict:
+    """Tokens/s, utilization, batch and latency breakdown per model x dataset
+    x system x step, each at its best TP/PP."""
+    started = time.perf_counter()
+    asm, t_ck = _common(data)
+    models = _models(data)
+    systems = sc.choose(data, "systems", SYSTEMS)
+    steps = sc.choose(data, "steps", STEPS)
+    if data["datasets"]:
+        sc.choose(data, "datasets", DATASETS)
+    if data["requests"] < 1:
+        raise ConfigError(f"requests must be >= 1, not {data['requests']}")
+    policies = sorted({step_policy(STEPS[s], asm) for s in steps})
+    shapes = sorted({s for m in models for n in systems for s in kernel_shapes(m, SYSTEMS[n])},
+                    key=Shape.key)
+    tables = calibrate(data["profile"], policies, shapes, asm, data["mode"], scheduler, progress)
+    points = []
+    for model in models:
+        for task in data["datasets"] or model.datasets:
+            lengths = DATASETS[task].sample(data["requests"], data["seed"])
+            for system, step in product(systems, steps):
+                policy = step_policy(STEPS[step], asm)
+                points.append({"model": model.name, "dataset": task, "system": system,
+                               "step": step, "capacity_gb": model.capacity_gb,
+                               "lengths": lengths, "profile": data["profile"],
+                               "mode": data["mode"], "asm": asm, "t_ck": t_ck,
+                               "table": tables[policy],
+                               "keys": ("model", "dataset", "system", "step", "capacity_gb")})
+    bar = sweep.Progress(len(points), "pimphony", progress)
+    rows = sweep.run(_point, points, scheduler, bar)
+    base = {(r["model"], r["dataset"], r["system"]): r["tokens_per_s"] for r in rows
+            if r["step"] == steps[0]}
+    for r in rows:
+        b = base[(r["model"], r["dataset"], r["system"])]
+        r[f"speedup_over_{steps[0]}"] = _r(r["tokens_per_s"] / b) if b else None
+    return {"study": "pimphony", "scenario": data, "kernel_shapes": [s.key() for s in shapes],
+            "steps": {s: vars(STEPS[s]) for s in steps}, "components": list(COMPONENTS),
+            "rows": rows, "wall_s": round(time.perf_counter() - started, 2)}
+
+
+def scaling_lengths(context: int, n: int, variation: float, seed: int) -> np.ndarray:
+    """``n`` lengths, normal around ``context`` with sigma ``variation x
+    context``, clipped to +-3 sigma and to at least 1 token."""
+    rng = np.random.default_rng(seed)
+    sigma = variation * context
+    x = np.clip(rng.normal(context, sigma, n), context - 3 * sigma, context + 3 * sigma)
+    return np.maximum(np.rint(x), 1).astype(np.int64)
+
+
+def pimphony_scaling(data: dict, scheduler: str = "serial",
+                     progress: bool | None = None) -> dict:
+    """Tokens/s per step against context (at ``context_capacity_gb``) and
+    against capacity (at ``capacity_context``)."""
+    started = time.perf_counter()
+    asm, t_ck = _common(data)
+    if data["model"] not in MODELS:
+        raise ConfigError(f"model: unknown name {data['model']!r} (known: {', '.join(MODELS)})")
+    model = MODELS[data["model"]]
+    systems = sc.choose(data, "systems", SYSTEMS)
+    steps = sc.choose(data, "steps", STEPS)
+    if not 0 <= data["variation"] < 1 / 3:
+        raise ConfigError(f"variation must be in [0, 1/3), not {data['variation']}")
+    for key in ("contexts", "capacities_gb"):
+        if not data[key] or min(data[key]) < 1:
+            raise ConfigError(f"{key}: needs values >= 1, not {data[key]}")
+    policies = sorted({step_policy(STEPS[s], asm) for s in steps})
+    shapes = sorted({s for n in systems for s in kernel_shapes(model, SYSTEMS[n])},
+                    key=Shape.key)
+    tables = calibrate(data["profile"], policies, shapes, asm, data["mode"], scheduler, progress)
+    sweeps = [("context", c, data["context_capacity_gb"]) for c in data["contexts"]]
+    sweeps += [("capacity", data["capacity_context"], g) for g in data["capacities_gb"]]
+    points = []
+    for (axis, context, cap), system, step in product(sweeps, systems, steps):
+        module = SYSTEMS[system].module_gb
+        if cap % module:
+            raise ConfigError(f"capacities_gb: {cap} GB is not a whole number of {module} GB "
+                              f"{system} modules")
+        points.append({"axis": axis, "context": context, "capacity_gb": cap,
+                       "model": model.name, "system": system, "step": step,
+                       "lengths": scaling_lengths(context, data["requests"], data["variation"],
+                                                  data["seed"]),
+                       "profile": data["profile"], "mode": data["mode"], "asm": asm,
+                       "t_ck": t_ck, "table": tables[step_policy(STEPS[step], asm)],
+                       "keys": ("axis", "context", "capacity_gb", "model", "system", "step")})
+    bar = sweep.Progress(len(points), "pimphony-scaling", progress)
+    rows = sweep.run(_point, points, scheduler, bar)
+    return {"study": "pimphony-scaling", "scenario": data,
+            "weights_gb": _r(model.weight_bytes / (1 << 30)),
+            "lengths": "normal(context, variation x context) clipped to +-3 sigma; static "
+                       "allocation reserves max(window, longest drawn) per request",
+            "rows": rows, "wall_s": round(time.perf_counter() - started, 2)}
+
+
+def tcp_activation(data: dict, scheduler: str = "serial", progress: bool | None = None) -> dict:
+    """Active channels, cycles and MAC utilization of one (request, KV head)
+    pair's QK^T and SV against its token length, HFP vs TCP."""
+    started = time.perf_counter()
+    asm, t_ck = _common(data)
+    if data["policy"] not in ("static", "pingpong", "dcs"):
+        raise ConfigError(f"policy must be static, pingpong or dcs, not {data['policy']!r}")
+    ch = data["channels"]
+    if ch < 1 or data["group"] < 1 or not data["tokens"] or min(data["tokens"]) < 1:
+        raise ConfigError("channels, group and every tokens value must be >= 1")
+    cfg = channel_config(data["profile"], data["policy"], asm)
+    shapes = {"qkt": Shape("qkt", data["d_head"], data["group"]),
+              "sv": Shape("sv", data["d_head"], data["group"])}
+    tables = calibrate(data["profile"], [data["policy"]], list(shapes.values()), asm,
+                       data["mode"], scheduler, progress)
+    timer = KernelTimer(cfg, data["mode"], tables[data["policy"]])
+    granule = {"qkt": cfg.banks, "sv": LANES}  # tokens one channel takes per MAC column
+    rows = []
+    for t in data["tokens"]:
+        row = {"tokens": t}
+        for kind, shape in shapes.items():
+            hfp = timer(shape, shape.units(cfg, [t]))
+            per = -(-t // ch)
+            tcp = timer(shape, shape.units(cfg, [per]))
+            active = min(ch, -(-t // granule[kind]))
+            red = (ch - 1) * data["group"] * data["d_head"] / asm.epu_lanes if kind == "sv" else 0
+            tcp_cycles = int(tcp["cycles"][0]) + red
+            row[kind] = {
+                "hfp": {"active_channels": 1, "cycles": int(hfp["cycles"][0]),
+                        "mac_utilization": _r(int(hfp["mac"][0]) / (ch * int(hfp["cycles"][0])))},
+                "tcp": {"active_channels": active, "tokens_per_channel": per,
+                        "cycles": _r(tcp_cycles), "reduction_cycles": _r(red),
+                        "mac_utilization": _r(active * int(tcp["mac"][0]) / (ch * tcp_cycles))},
+                "speedup": _r(int(hfp["cycles"][0]) / tcp_cycles)}
+        rows.append(row)
+    return {"study": "tcp-activation", "scenario": data, "config": cfg.describe(),
+            "t_ck_ns": t_ck, "module": f"{ch} channels x {cfg.banks} banks",
+            "mac_utilization": "MAC-busy cycles over the module's channel-cycles",
+            "rows": rows, "wall_s": round(time.perf_counter() - started, 2)}
+
+
+STUDIES = {"pimphony": pimphony, "pimphony-scaling": pimphony_scaling,
+           "tcp-activation": tcp_activation}
+
+
+def run(study: str, path: str | None = None, sets=(), scheduler: str = "serial",
+        progress: bool | None = None) -> dict:
+    return STUDIES[study](sc.load(study, path, sets), scheduler, progress)

@@ -1,0 +1,143 @@
+"""Scenario configs for the system studies: TOML with ``--set`` overrides.
+
+Each study's defaults are ``golden/scenarios/<study>.toml`` plus the
+``[assumptions]`` table, whose defaults are :class:`golden.system.Assumptions`.
+A user file (``--scenario FILE``) and ``--set key=value`` pairs (dotted keys
+for tables: ``assumptions.link_gbs=128``) override them. Every key must be
+one the defaults have and every value of the default's type; otherwise a
+:class:`ConfigError` names the key.
+"""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from dataclasses import asdict
+from importlib import resources
+from pathlib import Path
+
+from golden.config import ConfigError
+from golden.system import Assumptions
+
+SCENARIO_STUDIES = ("pimphony", "pimphony-scaling", "tcp-activation")
+
+
+def defaults(study: str) -> dict:
+    if study not in SCENARIO_STUDIES:
+        raise ConfigError(f"no scenario defaults for study {study!r}")
+    text = resources.files("golden.scenarios").joinpath(f"{study}.toml").read_text()
+    data = tomllib.loads(text)
+    data["assumptions"] = asdict(Assumptions())
+    return data
+
+
+def _typed(key: str, value, default, where: str):
+    """``value`` checked against the type of ``default``."""
+    def bad(what: str):
+        return ConfigError(f"{where}: {key} must be {what}, not {value!r}")
+
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise bad("true or false")
+        return value
+    if isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad("an integer")
+        return value
+    if isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise bad("a number")
+        return float(value)
+    if isinstance(default, str):
+        if not isinstance(value, str):
+            raise bad("a string")
+        return value
+    if isinstance(default, list):
+        if not isinstance(value, list):
+            raise bad("a list")
+        proto = default[0] if default else ""
+        return [_typed(f"{key}[{i}]", v, proto, where) for i, v in enumerate(value)]
+    raise bad(type(default).__name__)
+
+
+def _merge(base: dict, over: dict, where: str, prefix: str = "") -> None:
+    for key, value in over.items():
+        name = f"{prefix}{key}"
+        if key not in base:
+            raise ConfigError(f"{where}: unknown key {name!r} (valid: "
+                              f"{', '.join(prefix + k for k in sorted(base))})")
+        if isinstance(base[key], dict):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: {name} must be a table, not {value!r}")
+            _merge(base[key], value, where, f"{name}.")
+        else:
+            base[key] = _typed(name, value, base[key], where)
+
+
+def parse_set(pair: str, data: dict) -> dict:
+    """``key=value`` as a nested dict. The value is read as a TOML value;
+    a bare word is a string, and ``a,b`` is a list where the key's default
+    is a list."""
+    key, sep, text = pair.partition("=")
+    key, text = key.strip(), text.strip()
+    if not sep or not key:
+        raise ConfigError(f"--set {pair!r}: expected key=value")
+    parts = key.split(".")
+    default = data
+    for p in parts:
+        default = default.get(p) if isinstance(default, dict) else None
+    if isinstance(default, list) and not text.startswith("["):
+        text = "[" + ", ".join(_literal(v.strip()) for v in text.split(",") if v.strip()) + "]"
+    value = tomllib.loads(f"v = {_literal(text)}")["v"]
+    for p in reversed(parts):
+        value = {p: value}
+    return value
+
+
+def _literal(text: str) -> str:
+    try:
+        tomllib.loads(f"v = {text}")
+        return text
+    except tomllib.TOMLDecodeError:
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def load(study: str, path: str | None = None, sets=()) -> dict:
+    """The scenario of ``study``: defaults, then the file, then ``sets``."""
+    data = copy.deepcopy(defaults(study))
+    if path:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"scenario file {path!r} does not exist")
+        try:
+            user = tomllib.loads(p.read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"scenario {path}: {e}") from None
+        _merge(data, user, f"scenario {path}")
+    for pair in sets or ():
+        _merge(data, parse_set(pair, data), "--set")
+    return data
+
+
+def assumptions(data: dict) -> Assumptions:
+    from golden.system import POLICY_BASELINES
+
+    asm = Assumptions(**data["assumptions"])
+    if asm.baseline_policy not in POLICY_BASELINES:
+        raise ConfigError(f"assumptions.baseline_policy must be one of "
+                          f"{', '.join(POLICY_BASELINES)}, not {asm.baseline_policy!r}")
+    for key in ("xpu_bandwidth_tbs", "link_gbs", "epu_lanes", "dcs_obuf_entries", "chunk_bytes"):
+        if getattr(asm, key) <= 0:
+            raise ConfigError(f"assumptions.{key} must be > 0, not {getattr(asm, key)!r}")
+    return asm
+
+
+def choose(data: dict, key: str, known) -> list[str]:
+    """The names under ``key``, each one of ``known``."""
+    names = data[key]
+    for n in names:
+        if n not in known:
+            raise ConfigError(f"{key}: unknown name {n!r} (known: {', '.join(known)})")
+    if not names:
+        raise ConfigError(f"{key}: the list is empty")
+    return names

@@ -1,0 +1,280 @@
+"""Full-system decode model (PIMphony, DESIGN.md §2.4 and §4).
+
+A system is ``modules = capacity / module_gb`` PIM modules of one kind
+(``golden.reference.SYSTEMS``), split into ``pp`` pipeline stages of ``tp``
+tensor-parallel modules. Each module has ``channels_per_module`` PIM
+channels of the device profile. One *decode step* produces one token for
+every request of the batch.
+
+**Where the work runs.** Attention (QK^T, softmax, SV) runs on PIM for
+both systems; the FC layers (QKV, O, gate, up, down) run on the xPU's
+matrix units (xPU+PIM: roofline ``max(FLOPs / tflops, weight bytes /
+xpu_bandwidth)``) or as GEMVs on the PIM channels, one per token
+(PIM-only). Under TP a module holds ``1 / tp`` of the heads and of each FC
+matrix's outputs; the outputs are all-gathered over the module link twice
+per layer; a stage hands its activations to the next over the same link.
+
+**Partitioning.** HFP maps (request, KV head) pairs to the module's
+channels round-robin: each channel runs the whole QK^T and SV of its
+pairs, so the attention phase lasts as long as the most loaded channel,
+and channels without a pair sit idle. TCP splits every pair's tokens over
+all channels (``ceil(T / channels)`` each, QK^T and SV alike); the SV
+partial sums are reduced once in the HUB. GQA uses the row-reuse mapping
+of :mod:`golden.kernels` (all queries of a group over one open KV row).
+
+**HUB/EPU** ("reduction" in the breakdown): softmax costs ``group x T``
+element operations per pair, the TCP reduction ``(channels - 1) x group x
+d_head``, at ``epu_lanes`` elements per channel cycle. Under HFP the EPU
+works beside the other channels: the phase lasts ``max(max over channels
+of (PIM + EPU of its pairs), total EPU)``; under TCP a pair's softmax sits
+between its QK^T and SV and its reduction after its SV, nothing overlapped.
+
+**Pipeline.** The batch is split round-robin into ``pp`` micro-batches.
+With ``t(m, s)`` micro-batch ``m``'s time in stage ``s``, a decode step
+(every micro-batch through every stage once, each micro-batch's next token
+waiting for its own previous one) lasts
+``max(max_s sum_m t(m, s), max_m sum_s t(m, s))``; "bubbles" is that period
+minus the average stage's busy time.
+
+**Batch.** Requests are drawn from the dataset's context-length
+distribution and admitted in order while their KV fits the capacity left
+after the weights (continuous batching keeps the slots full): static
+allocation reserves the context window per request, DPA whole chunks of
+the current length (:func:`kv_allocation`).
+
+Kernel cycles come from :class:`golden.kernel_timing.KernelTimer` (fast or
+exact mode); everything else is arithmetic on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from golden.config import ChannelConfig, ConfigError, load_profile, load_profile_data
+from golden.kernel_timing import KernelTimer, Shape
+from golden.reference import CHUNK_BYTES, GB, Model, System
+
+PARTITIONS = ("hfp", "tcp")
+KV_SCHEMES = ("static", "dpa")
+#: Scheduling baselines the "static" steps may use (REFERENCE.md: static, ping-pong).
+POLICY_BASELINES = ("static", "pingpong")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One configuration of the incremental study."""
+
+    partition: str
+    policy: str
+    kv: str
+
+
+#: The incremental steps of the PIMphony study, in order.
+STEPS = {
+    "baseline": Step("hfp", "static", "static"),
+    "+TCP": Step("tcp", "static", "static"),
+    "+DCS": Step("tcp", "dcs", "static"),
+    "+DPA": Step("tcp", "dcs", "dpa"),
+}
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """Project assumptions (no figure in REFERENCE.md); each is a scenario
+    key. ``dcs_obuf_entries``: OBuf entries per channel once DCS expands the
+    baseline's single output entry (REFERENCE.md gives no depth)."""
+
+    xpu_bandwidth_tbs: float = 2.0  # xPU+PIM: weight stream to the matrix units per module
+    link_gbs: float = 64.0  # module-to-module link (TP all-gather, PP hand-off)
+    epu_lanes: int = 256  # HUB/EPU elements per channel cycle per module
+    dcs_obuf_entries: int = 8
+    baseline_policy: str = "static"  # or "pingpong": the scheduling baseline
+    chunk_bytes: int = CHUNK_BYTES
+
+
+def channel_config(profile: str, policy: str, asm: Assumptions) -> ChannelConfig:
+    """The channel of a step: the profile's geometry, with DCS's expanded
+    OBuf (and ping-pong's two halves) where the policy needs them."""
+    base = load_profile(profile)
+    obuf = {"dcs": asm.dcs_obuf_entries, "pingpong": max(2, base.obuf_entries)}.get(
+        policy, base.obuf_entries)
+    return base.replace(policy=policy, obuf_entries=obuf)
+
+
+def step_policy(step: Step, asm: Assumptions) -> str:
+    return asm.baseline_policy if step.policy == "static" else step.policy
+
+
+def kv_allocation(model: Model, lengths: np.ndarray, scheme: str, chunk_bytes: int,
+                  window: int | None = None) -> np.ndarray:
+    """Bytes each request holds: its ``2 x layers x kv_heads`` K and V token
+    streams in whole chunks of ``chunk_bytes / (d_head x 2 B)`` tokens, for
+    the context window (static) or its current length (DPA)."""
+    if scheme not in KV_SCHEMES:
+        raise ConfigError(f"kv scheme must be one of {', '.join(KV_SCHEMES)}, not {scheme!r}")
+    streams = 2 * model.layers * model.kv_heads
+    tpc = chunk_bytes // (model.d_head * 2)
+    if tpc < 1:
+        raise ConfigError(f"chunk_bytes={chunk_bytes} holds no token of d_head {model.d_head}")
+    tokens = np.full(len(lengths), window or model.window) if scheme == "static" else lengths
+    return streams * -(-np.asarray(tokens, dtype=np.int64) // tpc) * chunk_bytes
+
+
+def admit(model: Model, lengths: np.ndarray, scheme: str, capacity_gb: int, chunk_bytes: int,
+          window: int | None = None) -> dict:
+    """Requests admitted in draw order while their KV allocation fits."""
+    kv_cap = capacity_gb * GB - model.weight_bytes
+    per = kv_allocation(model, lengths, scheme, chunk_bytes, window)
+    fits = np.cumsum(per) <= kv_cap
+    batch = int(np.argmin(fits)) if not fits.all() else len(lengths)
+    live = int(lengths[:batch].sum()) * model.kv_bytes_per_token
+    return {"batch": batch, "kv_capacity_bytes": kv_cap, "allocated_bytes": int(per[:batch].sum()),
+            "live_bytes": live}
+
+
+def fc_matrices(model: Model) -> list[tuple[int, int]]:
+    """(d_in, d_out) of one decoder layer's FC GEMVs: QKV, O, gate, up, down."""
+    d, q = model.d_model, model.heads * model.d_head
+    kv = model.kv_heads * model.d_head
+    return [(d, q + 2 * kv), (q, d), (d, model.d_ff), (d, model.d_ff), (model.d_ff, d)]
+
+
+def kernel_shapes(model: Model, system: System) -> list[Shape]:
+    """Every kernel shape a model's decode step runs on a system."""
+    shapes = [Shape("qkt", model.d_head, model.group), Shape("sv", model.d_head, model.group)]
+    if system.fc_on == "pim":
+        shapes += sorted({Shape("fc", d_in) for d_in, _ in fc_matrices(model)}, key=Shape.key)
+    return shapes
+
+
+def parallel_options(model: Model, modules: int) -> list[tuple[int, int]]:
+    """(tp, pp) with tp x pp = modules, tp dividing the KV heads and pp at
+    most the layer count."""
+    out = []
+    for tp in range(1, modules + 1):
+        if modules % tp == 0 and model.kv_heads % tp == 0 and modules // tp <= model.layers:
+            out.append((tp, modules // tp))
+    return out
+
+
+COMPONENTS = ("fc", "attention_mac", "attention_io", "act_pre", "reduction", "link_io")
+
+
+def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: int,
+                partition: str, timer: KernelTimer, t_ck_ns: float, asm: Assumptions) -> dict:
+    """One decode step of the batch ``lengths`` on ``tp x pp`` modules."""
+    if partition not in PARTITIONS:
+        raise ConfigError(f"partition must be one of {', '.join(PARTITIONS)}, not {partition!r}")
+    cfg = timer.cfg
+    ch = system.channels_per_module
+    tck = t_ck_ns * 1e-9
+    kvh = model.kv_heads // tp
+    layers = [model.layers // pp + (s < model.layers % pp) for s in range(pp)]
+    qk, svs = Shape("qkt", model.d_head, model.group), Shape("sv", model.d_head, model.group)
+    per_mb = []  # per micro-batch: per-layer seconds by component, MAC and busy channel-cycles
+    for m in range(pp):
+        lens = np.repeat(lengths[m::pp], kvh)  # (request, KV head) pairs on one module
+        b = len(lengths[m::pp])
+        comp = dict.fromkeys(COMPONENTS, 0.0)
+        mac = busy = 0
+        if len(lens):
+            epu = (model.group * lens).astype(np.float64)
+            if partition == "tcp":
+                tok = -(-lens // ch)
+                q, s = timer(qk, qk.units(cfg, tok)), timer(svs, svs.units(cfg, tok))
+                epu = epu + (ch - 1) * model.group * model.d_head
+                for name, lab in (("attention_mac", "mac"), ("act_pre", "act_pre"),
+                                  ("attention_io", "io")):
+                    comp[name] = float(q[lab].sum() + s[lab].sum())
+                comp["reduction"] = float(epu.sum()) / asm.epu_lanes
+                mac = ch * int(q["mac"].sum() + s["mac"].sum())
+                busy = ch * int(q["cycles"].sum() + s["cycles"].sum())
+            else:
+                q, s = timer(qk, qk.units(cfg, lens)), timer(svs, svs.units(cfg, lens))
+                where = np.arange(len(lens)) % ch
+                load = {lab: np.bincount(where, q[lab] + s[lab], minlength=ch)
+                        for lab in ("cycles", "mac", "act_pre", "io")}
+                epu_ch = np.bincount(where, epu, minlength=ch) / asm.epu_lanes
+                crit = int(np.argmax(load["cycles"] + epu_ch))
+                phase = max(float(load["cycles"][crit] + epu_ch[crit]), float(epu_ch.sum()))
+                comp["attention_mac"] = float(load["mac"][crit])
+                comp["act_pre"] = float(load["act_pre"][crit])
+                comp["attention_io"] = float(load["io"][crit])
+                comp["reduction"] = phase - float(load["cycles"][crit])
+                mac, busy = int(load["mac"].sum()), int(load["cycles"].sum())
+            comp = {k: v * tck for k, v in comp.items()}
+        if b:
+            for d_in, d_out in fc_matrices(model):
+                if system.fc_on == "xpu":
+                    flops = 2 * b * d_in * d_out / tp
+                    comp["fc"] += max(flops / (system.tflops * 1e12),
+                                      2 * d_in * d_out / tp / (asm.xpu_bandwidth_tbs * 1e12))
+                else:
+                    sh = Shape("fc", d_in)
+                    lab = timer(sh, sh.units(cfg, -(-d_out // (tp * ch))))
+                    comp["fc"] += b * int(lab["cycles"]) * tck
+                    mac += b * ch * int(lab["mac"])
+                    busy += b * ch * int(lab["cycles"])
+            if tp > 1:
+                comp["link_io"] = 2 * b * model.d_model * 2 * (tp - 1) / tp / (asm.link_gbs * 1e9)
+        per_mb.append((comp, mac, busy, b))
+    # t[m][s]: micro-batch m in stage s (per-layer time x layers, plus the hand-off)
+    hand_off = [b * model.d_model * 2 / (asm.link_gbs * 1e9) if pp > 1 else 0.0
+                for _, _, _, b in per_mb]
+    t = np.array([[sum(c.values()) * n + hand_off[m] for n in layers]
+                  for m, (c, _, _, _) in enumerate(per_mb)])
+    period = float(max(t.sum(axis=0).max(), t.sum(axis=1).max())) if t.size else 0.0
+    breakdown = {k: sum(c[k] for c, _, _, _ in per_mb) * model.layers / pp for k in COMPONENTS}
+    breakdown["link_io"] += sum(hand_off)  # per stage, summed over stages / pp
+    breakdown["pipeline_bubbles"] = period - sum(breakdown.values())
+    channels = tp * pp * ch
+    cycles = period / tck if period else 0.0
+    # per module-layer figures x tp modules x layers
+    mac_total = sum(m for _, m, _, _ in per_mb) * tp * model.layers
+    busy_total = sum(bz for _, _, bz, _ in per_mb) * tp * model.layers
+    return {
+        "tp": tp, "pp": pp, "batch": int(len(lengths)),
+        "step_s": period,
+        "tokens_per_s": len(lengths) / period if period else 0.0,
+        "mac_utilization": mac_total / (channels * cycles) if cycles else 0.0,
+        "channel_utilization": busy_total / (channels * cycles) if cycles else 0.0,
+        "breakdown_s": breakdown,
+    }
+
+
+def t_ck_ns(profile: str) -> float:
+    data = load_profile_data(profile)
+    if "t_ck_ns" not in data:
+        raise ConfigError(f"profile {profile!r}: the system model needs key t_ck_ns")
+    return float(data["t_ck_ns"])
+
+
+def evaluate(model: Model, system: System, lengths: np.ndarray, capacity_gb: int, step: Step,
+             timer: KernelTimer, t_ck: float, asm: Assumptions, window: int | None = None) -> dict:
+    """The best (tp, pp) for one point: the batch admitted from ``lengths``
+    under the step's KV scheme, timed over every parallel option."""
+    modules = capacity_gb // system.module_gb
+    if modules < 1 or capacity_gb % system.module_gb:
+        raise ConfigError(f"capacity {capacity_gb} GB is not a whole number of "
+                          f"{system.module_gb} GB {system.name} modules")
+    adm = admit(model, lengths, step.kv, capacity_gb, asm.chunk_bytes, window)
+    batch = lengths[:adm["batch"]]
+    options = parallel_options(model, modules)
+    if not options:
+        raise ConfigError(f"{model.name}: no tp x pp = {modules} modules with tp dividing "
+                          f"{model.kv_heads} KV heads")
+    results = [decode_step(model, system, batch, tp, pp, step.partition, timer, t_ck, asm)
+               for tp, pp in options]
+    best = max(results, key=lambda r: (r["tokens_per_s"], -r["tp"]))
+    return {**best, "modules": modules,
+            "capacity_utilization": adm["live_bytes"] / adm["kv_capacity_bytes"]
+            if adm["kv_capacity_bytes"] > 0 else 0.0,
+            "allocated_gb": adm["allocated_bytes"] / GB,
+            "options": [{"tp": r["tp"], "pp": r["pp"], "tokens_per_s": r["tokens_per_s"]}
+                        for r in results]}
+
+
+def assumptions_dict(asm: Assumptions) -> dict:
+    return asdict(asm)
