@@ -50,14 +50,14 @@ def _calibrate(task: tuple) -> tuple:
 
 
 def calibrate(profile: str, policies, shapes, asm: Assumptions, mode: str,
-              scheduler: str, progress: bool | None) -> dict:
+              sw: sweep.Sweep, progress: bool | None) -> dict:
     """``{policy: {shape key: calibration}}`` for fast mode (empty in exact)."""
     tables: dict = {p: {} for p in policies}
     if mode != "fast":
         return tables
     tasks = [(profile, p, asm, s) for p in policies for s in shapes]
     bar = sweep.Progress(len(tasks), "calibrate", progress)
-    for policy, key, cal in sweep.run(_calibrate, tasks, scheduler, bar):
+    for policy, key, cal in sw.map(_calibrate, tasks, bar):
         tables[policy][key] = cal
     return tables
 
@@ -90,7 +90,7 @@ def _models(data: dict) -> list[Model]:
     return [MODELS[n] for n in sc.choose(data, "models", MODELS)]
 
 
-def pimphony(data: dict, scheduler: str = "serial", progress: bool | None = None) -> dict:
+def pimphony(data: dict, sw: sweep.Sweep, progress: bool | None = None) -> dict:
     """Tokens/s, utilization, batch and latency breakdown per model x dataset
     x system x step, each at its best TP/PP."""
     started = time.perf_counter()
@@ -105,7 +105,7 @@ def pimphony(data: dict, scheduler: str = "serial", progress: bool | None = None
     policies = sorted({step_policy(STEPS[s], asm) for s in steps})
     shapes = sorted({s for m in models for n in systems for s in kernel_shapes(m, SYSTEMS[n])},
                     key=Shape.key)
-    tables = calibrate(data["profile"], policies, shapes, asm, data["mode"], scheduler, progress)
+    tables = calibrate(data["profile"], policies, shapes, asm, data["mode"], sw, progress)
     points = []
     for model in models:
         for task in data["datasets"] or model.datasets:
@@ -119,7 +119,7 @@ def pimphony(data: dict, scheduler: str = "serial", progress: bool | None = None
                                "table": tables[policy],
                                "keys": ("model", "dataset", "system", "step", "capacity_gb")})
     bar = sweep.Progress(len(points), "pimphony", progress)
-    rows = sweep.run(_point, points, scheduler, bar)
+    rows = sw.map(_point, points, bar)
     base = {(r["model"], r["dataset"], r["system"]): r["tokens_per_s"] for r in rows
             if r["step"] == steps[0]}
     for r in rows:
@@ -139,8 +139,7 @@ def scaling_lengths(context: int, n: int, variation: float, seed: int) -> np.nda
     return np.maximum(np.rint(x), 1).astype(np.int64)
 
 
-def pimphony_scaling(data: dict, scheduler: str = "serial",
-                     progress: bool | None = None) -> dict:
+def pimphony_scaling(data: dict, sw: sweep.Sweep, progress: bool | None = None) -> dict:
     """Tokens/s per step against context (at ``context_capacity_gb``) and
     against capacity (at ``capacity_context``)."""
     started = time.perf_counter()
@@ -158,7 +157,7 @@ def pimphony_scaling(data: dict, scheduler: str = "serial",
     policies = sorted({step_policy(STEPS[s], asm) for s in steps})
     shapes = sorted({s for n in systems for s in kernel_shapes(model, SYSTEMS[n])},
                     key=Shape.key)
-    tables = calibrate(data["profile"], policies, shapes, asm, data["mode"], scheduler, progress)
+    tables = calibrate(data["profile"], policies, shapes, asm, data["mode"], sw, progress)
     sweeps = [("context", c, data["context_capacity_gb"]) for c in data["contexts"]]
     sweeps += [("capacity", data["capacity_context"], g) for g in data["capacities_gb"]]
     points = []
@@ -175,7 +174,7 @@ def pimphony_scaling(data: dict, scheduler: str = "serial",
                        "t_ck": t_ck, "table": tables[step_policy(STEPS[step], asm)],
                        "keys": ("axis", "context", "capacity_gb", "model", "system", "step")})
     bar = sweep.Progress(len(points), "pimphony-scaling", progress)
-    rows = sweep.run(_point, points, scheduler, bar)
+    rows = sw.map(_point, points, bar)
     return {"study": "pimphony-scaling", "scenario": data,
             "weights_gb": _r(model.weight_bytes / (1 << 30)),
             "lengths": "normal(context, variation x context) clipped to +-3 sigma; static "
@@ -183,7 +182,7 @@ def pimphony_scaling(data: dict, scheduler: str = "serial",
             "rows": rows, "wall_s": round(time.perf_counter() - started, 2)}
 
 
-def tcp_activation(data: dict, scheduler: str = "serial", progress: bool | None = None) -> dict:
+def tcp_activation(data: dict, sw: sweep.Sweep, progress: bool | None = None) -> dict:
     """Active channels, cycles and MAC utilization of one (request, KV head)
     pair's QK^T and SV against its token length, HFP vs TCP."""
     started = time.perf_counter()
@@ -197,7 +196,7 @@ def tcp_activation(data: dict, scheduler: str = "serial", progress: bool | None 
     shapes = {"qkt": Shape("qkt", data["d_head"], data["group"]),
               "sv": Shape("sv", data["d_head"], data["group"])}
     tables = calibrate(data["profile"], [data["policy"]], list(shapes.values()), asm,
-                       data["mode"], scheduler, progress)
+                       data["mode"], sw, progress)
     timer = KernelTimer(cfg, data["mode"], tables[data["policy"]])
     granule = {"qkt": cfg.banks, "sv": LANES}  # tokens one channel takes per MAC column
     rows = []
@@ -230,4 +229,7 @@ STUDIES = {"pimphony": pimphony, "pimphony-scaling": pimphony_scaling,
 
 def run(study: str, path: str | None = None, sets=(), scheduler: str = "serial",
         progress: bool | None = None) -> dict:
-    return STUDIES[study](sc.load(study, path, sets), scheduler, progress)
+    """Run ``study`` on its scenario (defaults, ``path``, ``sets``)."""
+    data = sc.load(study, path, sets)
+    with sweep.Sweep(scheduler) as sw:
+        return STUDIES[study](data, sw, progress)

@@ -113,9 +113,8 @@ def dpa_capacity(requests: int = 4096, seed: int = 0, chunk_bytes: int | None = 
     ``2 x layers x kv_heads`` token streams (K and V per layer and KV head),
     each in whole chunks of ``chunk_bytes / (d_head x 2 B)`` tokens (1 MB
     chunks by default)."""
-    import numpy as np
-
     from golden.reference import CHUNK_BYTES, DATASETS, GB, MODELS, SYSTEMS
+    from golden.system import admit
 
     chunk = chunk_bytes or CHUNK_BYTES
 
@@ -123,9 +122,6 @@ def dpa_capacity(requests: int = 4096, seed: int = 0, chunk_bytes: int | None = 
     for model in MODELS.values():
         streams = 2 * model.layers * model.kv_heads
         tpc = chunk // (model.d_head * 2)
-        if tpc < 1:
-            raise ValueError(f"chunk_bytes={chunk} holds no token of d_head "
-                             f"{model.d_head}")
         kv_cap = model.capacity_gb * GB - model.weight_bytes
         for task in model.datasets:
             lengths = DATASETS[task].sample(requests, seed)
@@ -135,14 +131,8 @@ def dpa_capacity(requests: int = 4096, seed: int = 0, chunk_bytes: int | None = 
                     raise ValueError(f"{model.name}: {streams} KV streams over {modules} modules")
                 schemes = {}
                 for scheme in ("static", "dpa"):
-                    if scheme == "static":
-                        per = np.full(requests, streams * -(-model.window // tpc) * chunk)
-                    else:
-                        per = streams * -(-lengths // tpc) * chunk
-                    fits = np.cumsum(per) <= kv_cap
-                    batch = int(np.argmin(fits)) if not fits.all() else requests
-                    live = int(lengths[:batch].sum()) * model.kv_bytes_per_token
-                    allocated = int(per[:batch].sum())
+                    a = admit(model, lengths, scheme, model.capacity_gb, chunk)
+                    batch, allocated, live = a["batch"], a["allocated_bytes"], a["live_bytes"]
                     schemes[scheme] = {
                         "batch": batch, "allocated_gb": round(allocated / GB, 2),
                         "live_kv_gb": round(live / GB, 2),

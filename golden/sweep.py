@@ -35,42 +35,62 @@ class Progress:
             sys.stderr.flush()
 
 
-def run(fn: Callable, items: Sequence, scheduler: str = "serial",
-        progress: Progress | None = None, workers: int | None = None) -> list:
-    """``[fn(item) for item in items]``, on ``scheduler``."""
-    if scheduler == "serial":
-        out = []
-        for item in items:
-            out.append(fn(item))
-            if progress:
-                progress.step()
-        return out
-    try:
-        from distributed import Client, LocalCluster, as_completed
-    except ImportError:  # pragma: no cover - a dependency of the project
-        raise ConfigError("Dask sweeps need the distributed package: pip install "
-                          "'dask[distributed]'") from None
-    cluster = None
-    try:
-        if scheduler == "local":
-            n = workers or min(os.cpu_count() or 1, len(items) or 1)
-            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                                   dashboard_address=":0")
-            client = Client(cluster)
+class Sweep:
+    """A sweep session: ``map(fn, items)`` is ``[fn(item) for item in
+    items]`` on ``scheduler``. The Dask client starts at the first map and
+    stops when the session closes (use it as a context manager)."""
+
+    def __init__(self, scheduler: str = "serial", workers: int | None = None):
+        self.scheduler, self.workers = scheduler, workers
+        self.client = self.cluster = None
+
+    def __enter__(self) -> Sweep:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+        self.client = self.cluster = None
+
+    def _connect(self):
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError:  # pragma: no cover - a dependency of the project
+            raise ConfigError("Dask sweeps need the distributed package: pip install "
+                              "'dask[distributed]'") from None
+        if self.scheduler == "local":
+            n = self.workers or os.cpu_count() or 1
+            self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                        dashboard_address=":0")
+            self.client = Client(self.cluster)
         else:
             try:
-                client = Client(scheduler, timeout="10s")
+                self.client = Client(self.scheduler, timeout="10s")
             except (OSError, TimeoutError, ValueError) as e:
-                raise ConfigError(f"--scheduler {scheduler}: cannot connect ({e})") from None
-        with client:
-            futures = client.map(fn, list(items), pure=False)
-            index = {f.key: i for i, f in enumerate(futures)}
-            out = [None] * len(futures)
-            for f in as_completed(futures):
-                out[index[f.key]] = f.result()
+                raise ConfigError(f"--scheduler {self.scheduler}: cannot connect ({e})") from None
+
+    def map(self, fn: Callable, items: Sequence, progress: Progress | None = None) -> list:
+        if self.scheduler == "serial" or not items:
+            out = []
+            for item in items:
+                out.append(fn(item))
                 if progress:
                     progress.step()
             return out
-    finally:
-        if cluster is not None:
-            cluster.close()
+        from distributed import as_completed
+
+        if self.client is None:
+            self._connect()
+        futures = self.client.map(fn, list(items), pure=False)
+        index = {f.key: i for i, f in enumerate(futures)}
+        out = [None] * len(futures)
+        for f in as_completed(futures):
+            out[index[f.key]] = f.result()
+            if progress:
+                progress.step()
+        return out

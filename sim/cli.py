@@ -264,9 +264,32 @@ def cmd_jitq(args) -> int:
     return 0
 
 
+def cmd_system_study(args) -> int:
+    """pimphony, pimphony-scaling, tcp-activation: scenario-driven studies."""
+    from golden.pimphony import run
+    from sim import report
+
+    if args.show_scenario:
+        from golden.scenario import load
+
+        print(json.dumps(load(args.study, args.scenario, args.set), indent=2))
+        return 0
+    result = run(args.study, args.scenario, args.set, args.scheduler, args.progress)
+    if args.csv:
+        report.write_csv(result, args.csv)
+    if args.plot:
+        for path in report.plot(result, args.plot):
+            print(f"wrote {path}", file=sys.stderr)
+    if args.json or not (args.csv or args.plot):
+        _emit(result, args.json)
+    return 0
+
+
 STUDIES = {"gemv": cmd_gemv, "dcs-utilization": cmd_dcs_utilization,
            "dpa-program-size": cmd_dpa_program_size, "dpa-capacity": cmd_dpa_capacity,
-           "sherpa": cmd_sherpa, "hetero-training": cmd_hetero_training, "jitq": cmd_jitq}
+           "sherpa": cmd_sherpa, "hetero-training": cmd_hetero_training, "jitq": cmd_jitq,
+           "pimphony": cmd_system_study, "pimphony-scaling": cmd_system_study,
+           "tcp-activation": cmd_system_study}
 
 
 def cmd_run(args) -> int:
@@ -349,6 +372,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="jitq: models (comma-separated; default: all of REFERENCE.md)")
     s.add_argument("--offload-fraction", type=float, default=0.9,
                    help="hetero-training: share of the step the offloaded op types cover")
+    s.add_argument("--scenario", metavar="FILE",
+                   help="pimphony, pimphony-scaling, tcp-activation: a TOML scenario; "
+                        "--set KEY=VALUE then overrides its keys (dotted for tables, e.g. "
+                        "--set assumptions.link_gbs=128 --set systems=PIM-only)")
+    s.add_argument("--show-scenario", action="store_true",
+                   help="print the scenario (defaults, --scenario, --set) and stop")
+    s.add_argument("--csv", metavar="FILE", help="system studies: the rows as CSV ('-': stdout)")
+    s.add_argument("--plot", metavar="DIR", help="system studies: write PNG figures to DIR")
+    s.add_argument("--scheduler", default="local",
+                   help="system studies: 'local' (a local Dask cluster, default), 'serial' "
+                        "(this process) or a Dask scheduler address (tcp://host:8786)")
+    s.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="system studies: progress bar on stderr (default: when a terminal)")
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("dpa-program", help="print the QK^T DPA program (hex and disassembly)")

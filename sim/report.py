@@ -1,0 +1,163 @@
+"""CSV tables and matplotlib figures of the system studies (``pimorch run
+pimphony|pimphony-scaling|tcp-activation --csv FILE --plot DIR``)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+
+def flatten(row: dict, prefix: str = "") -> dict:
+    """One CSV record: nested dicts as dotted columns, lists as JSON."""
+    out = {}
+    for key, value in row.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{name}."))
+        elif isinstance(value, list | tuple):
+            out[name] = json.dumps(value)
+        else:
+            out[name] = value
+    return out
+
+
+def write_csv(result: dict, path: str) -> None:
+    records = [flatten(r) for r in result["rows"]]
+    columns: list[str] = []
+    for r in records:
+        columns += [c for c in r if c not in columns]
+    if path == "-":
+        import sys
+
+        f = sys.stdout
+        _write(f, columns, records)
+    else:
+        with open(path, "w", newline="") as f:
+            _write(f, columns, records)
+
+
+def _write(f, columns, records) -> None:
+    w = csv.DictWriter(f, fieldnames=columns)
+    w.writeheader()
+    w.writerows(records)
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot(result: dict, out_dir: str) -> list[str]:
+    """The study's figures as PNG files in ``out_dir``; returns their paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    return {"pimphony": _plot_pimphony, "pimphony-scaling": _plot_scaling,
+            "tcp-activation": _plot_tcp}[result["study"]](result, out)
+
+
+def _plot_pimphony(result: dict, out: Path) -> list[str]:
+    plt = _pyplot()
+    rows = result["rows"]
+    steps = list(result["steps"])
+    systems = list(dict.fromkeys(r["system"] for r in rows))
+    groups = list(dict.fromkeys((r["model"], r["dataset"]) for r in rows))
+    files = []
+    for metric, label, name in (
+            (f"speedup_over_{steps[0]}", f"decode throughput over {steps[0]}", "throughput"),
+            ("mac_utilization", "MAC utilization", "mac-utilization"),
+            ("channel_utilization", "channel utilization", "channel-utilization")):
+        fig, axes = plt.subplots(1, len(systems), figsize=(6 * len(systems), 4), squeeze=False)
+        width = 0.8 / len(steps)
+        for ax, system in zip(axes[0], systems, strict=True):
+            for i, step in enumerate(steps):
+                values = [next((r[metric] or 0) for r in rows if r["system"] == system
+                               and r["step"] == step and (r["model"], r["dataset"]) == g)
+                          for g in groups]
+                ax.bar([k + i * width for k in range(len(groups))], values, width, label=step)
+            ax.set_xticks([k + 0.4 - width / 2 for k in range(len(groups))])
+            ax.set_xticklabels([f"{m}\n{d}" for m, d in groups], fontsize=7)
+            ax.set_title(system)
+            ax.set_ylabel(label)
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = out / f"pimphony-{name}.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        files.append(str(path))
+    # latency breakdown of the last step, per point
+    fig, axes = plt.subplots(1, len(systems), figsize=(6 * len(systems), 4), squeeze=False)
+    for ax, system in zip(axes[0], systems, strict=True):
+        sel = [r for r in rows if r["system"] == system]
+        labels = [f"{r['model']}\n{r['dataset']}\n{r['step']}" for r in sel]
+        bottom = [0.0] * len(sel)
+        for comp in sel[0]["breakdown_share"] if sel else []:
+            vals = [r["breakdown_share"][comp] for r in sel]
+            ax.bar(range(len(sel)), vals, bottom=bottom, label=comp)
+            bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+        ax.set_xticks(range(len(sel)))
+        ax.set_xticklabels(labels, fontsize=4, rotation=90)
+        ax.set_title(f"{system}: decode-step breakdown")
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    path = out / "pimphony-breakdown.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    files.append(str(path))
+    return files
+
+
+def _plot_scaling(result: dict, out: Path) -> list[str]:
+    plt = _pyplot()
+    rows = result["rows"]
+    files = []
+    for axis, x_key, xlabel in (("context", "context", "context (tokens)"),
+                                ("capacity", "capacity_gb", "capacity (GB)")):
+        sel = [r for r in rows if r["axis"] == axis]
+        systems = list(dict.fromkeys(r["system"] for r in sel))
+        fig, axes = plt.subplots(1, len(systems), figsize=(6 * len(systems), 4), squeeze=False)
+        for ax, system in zip(axes[0], systems, strict=True):
+            for step in dict.fromkeys(r["step"] for r in sel):
+                pts = [(r[x_key], r["tokens_per_s"]) for r in sel
+                       if r["system"] == system and r["step"] == step]
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=step)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("symlog")
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel("decode tokens/s")
+            ax.set_title(f"{result['scenario']['model']} on {system}")
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = out / f"pimphony-scaling-{axis}.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        files.append(str(path))
+    return files
+
+
+def _plot_tcp(result: dict, out: Path) -> list[str]:
+    plt = _pyplot()
+    rows = result["rows"]
+    tokens = [r["tokens"] for r in rows]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for kind in ("qkt", "sv"):
+        for part in ("hfp", "tcp"):
+            axes[0].plot(tokens, [r[kind][part]["active_channels"] for r in rows], marker="o",
+                         label=f"{kind.upper()} {part.upper()}")
+            axes[1].plot(tokens, [r[kind][part]["mac_utilization"] for r in rows], marker="o",
+                         label=f"{kind.upper()} {part.upper()}")
+    for ax, ylabel in zip(axes, ("active channels", "module MAC utilization"), strict=True):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("tokens of the (request, KV head) pair")
+        ax.set_ylabel(ylabel)
+        ax.legend(fontsize=7)
+    axes[0].set_title(result["module"])
+    fig.tight_layout()
+    path = out / "tcp-activation.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return [str(path)]
