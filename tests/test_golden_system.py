@@ -1,0 +1,307 @@
+"""The system model (golden/system.py), its kernel timing in fast and exact
+modes (golden/kernel_timing.py), scenarios and Dask sweeps."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from golden import pimphony, scenario, sweep
+from golden.config import ConfigError, load_profile
+from golden.kernel_timing import CALIBRATE, LABELS, KernelTimer, Shape
+from golden.reference import DATASETS, GB, MODELS, SYSTEMS, Model, System
+from golden.system import (
+    COMPONENTS,
+    STEPS,
+    Assumptions,
+    admit,
+    channel_config,
+    decode_step,
+    kernel_shapes,
+    kv_allocation,
+    parallel_options,
+)
+
+ASM = Assumptions()
+
+
+def study_shapes() -> list[tuple[str, Shape]]:
+    """(policy, shape) for every kernel shape the three studies' default
+    scenarios run, under every policy a step or baseline can use."""
+    shapes = {s for m in MODELS.values() for n in SYSTEMS.values() for s in kernel_shapes(m, n)}
+    tcp = scenario.defaults("tcp-activation")
+    shapes |= {Shape("qkt", tcp["d_head"], tcp["group"]), Shape("sv", tcp["d_head"], tcp["group"])}
+    return [(p, s) for p in ("static", "pingpong", "dcs") for s in sorted(shapes, key=Shape.key)]
+
+
+@pytest.mark.parametrize("policy,shape", study_shapes(),
+                         ids=[f"{p}-{s.key()}" for p, s in study_shapes()])
+def test_fast_matches_exact_on_every_study_shape(policy, shape, monkeypatch):
+    """Fast mode (calibrated on 1..CALIBRATE units, linear beyond) against
+    the cycle-exact channel model: within 2 % on every label total."""
+    monkeypatch.setenv("PIMORCH_KERNEL_CACHE", "off")
+    cfg = channel_config("gddr6-aim", policy, ASM)
+    fast, exact = KernelTimer(cfg, "fast"), KernelTimer(cfg, "exact")
+    n = CALIBRATE[shape.kind]
+    for units in (n + 1, n + 3) if shape.kind == "fc" else (n + 1, n + 4, 12):
+        f, e = fast(shape, [units]), exact(shape, [units])
+        assert e["cycles"][0] == sum(e[lab][0] for lab in LABELS[1:])
+        for lab in LABELS:
+            diff = abs(int(f[lab][0]) - int(e[lab][0]))
+            assert diff <= 0.02 * max(int(e["cycles"][0]), 1), (lab, units, f[lab], e[lab])
+
+
+def test_fast_mode_is_exact_up_to_the_calibration_and_zero_at_zero(monkeypatch):
+    monkeypatch.setenv("PIMORCH_KERNEL_CACHE", "off")
+    cfg = channel_config("gddr6-aim", "dcs", ASM)
+    shape = Shape("qkt", 128, 4)
+    fast, exact = KernelTimer(cfg, "fast"), KernelTimer(cfg, "exact")
+    got = fast(shape, [0, 1, 2, 3])
+    assert got["cycles"][0] == 0
+    for u in (1, 2, 3):
+        assert all(got[lab][u] == exact.exact(shape, u)[lab] for lab in LABELS)
+
+
+def test_kernel_cache_on_disk_is_reused(tmp_path, monkeypatch):
+    import golden.kernel_timing as kt
+
+    monkeypatch.setenv("PIMORCH_KERNEL_CACHE", str(tmp_path / "cache.json"))
+    cfg = channel_config("gddr6-aim", "static", ASM)
+    first = KernelTimer(cfg).calibration(Shape("sv", 128, 1))
+    assert (tmp_path / "cache.json").is_file()
+    kt.KernelTimer._disk = None  # a new process: read the file
+
+    def fail(*_):
+        raise AssertionError("calibrated again despite the cache")
+
+    monkeypatch.setattr(kt, "labels", fail)
+    assert KernelTimer(cfg).calibration(Shape("sv", 128, 1)) == first
+    # another configuration is another key
+    with pytest.raises(AssertionError, match="calibrated again"):
+        KernelTimer(cfg.replace(t_rcd=60)).calibration(Shape("sv", 128, 1))
+
+
+def test_units_count_rows_and_groups():
+    cfg = load_profile()  # 16 banks, 64 columns
+    assert Shape("qkt", 128).tokens_per_unit(cfg) == 16 * 8
+    assert Shape("sv", 128).tokens_per_unit(cfg) == 16 * 8
+    assert list(Shape("qkt", 128).units(cfg, [0, 1, 128, 129])) == [0, 1, 1, 2]
+    assert list(Shape("fc", 4096).units(cfg, [16, 17])) == [1, 2]
+    with pytest.raises(ValueError, match="d=100"):
+        Shape("qkt", 100)
+    with pytest.raises(ValueError, match="kind"):
+        Shape("gemm", 128)
+
+
+# ---- admission ----------------------------------------------------------------
+
+
+def test_admission_static_reserves_the_window_dpa_the_length():
+    m = MODELS["LLM-7B-32K"]
+    tpc = (1 << 20) // (128 * 2)  # 4096 tokens per 1 MB chunk
+    streams = 2 * m.layers * m.kv_heads
+    lengths = np.array([5000, 100, 40000])
+    assert list(kv_allocation(m, lengths, "dpa", 1 << 20)) == [
+        streams * 2 << 20, streams << 20, streams * 10 << 20]
+    window_chunks = 32768 // tpc
+    assert list(kv_allocation(m, lengths, "static", 1 << 20)) == [
+        streams * window_chunks << 20] * 3
+    adm = admit(m, DATASETS["QMSum"].sample(512, 0), "static", 128, 1 << 20)
+    kv_cap = 128 * GB - m.weight_bytes
+    assert adm["batch"] == kv_cap // (streams * 8 << 20)
+    dpa = admit(m, DATASETS["QMSum"].sample(512, 0), "dpa", 128, 1 << 20)
+    assert dpa["batch"] > adm["batch"] and dpa["allocated_bytes"] <= kv_cap
+    with pytest.raises(ConfigError, match="kv scheme"):
+        kv_allocation(m, lengths, "paged", 1 << 20)
+
+
+def test_parallel_options_respect_kv_heads():
+    assert parallel_options(MODELS["LLM-72B-128K"], 16) == [(1, 16), (2, 8), (4, 4), (8, 2)]
+    assert (16, 1) in parallel_options(MODELS["LLM-72B-32K"], 16)
+
+
+# ---- the decode step, by hand ---------------------------------------------------
+
+
+class LinearTimer:
+    """Labels linear in units: cycles 10 u = mac 4 u + act_pre 2 u + io 4 u."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def __call__(self, shape, units):
+        u = np.asarray(units, dtype=np.int64)
+        return {"cycles": 10 * u, "mac": 4 * u, "act_pre": 2 * u, "io": 4 * u}
+
+
+TINY = Model("tiny", layers=3, heads=2, d_head=128, d_model=256, d_ff=512, group=1,
+             window=4096, like="-", datasets=(), capacity_gb=1)
+XPU = System("x", 1, 4, tflops=1.0, internal_tbs=1.0, fc_on="xpu", note="")
+PIM = dataclasses.replace(XPU, fc_on="pim")
+
+
+def test_decode_step_hfp_by_hand():
+    cfg = load_profile()  # qkt and sv: 128 tokens per unit
+    asm = Assumptions(epu_lanes=1 << 30, xpu_bandwidth_tbs=1e9, link_gbs=1e12)
+    lengths = np.array([256, 128, 640])  # pairs: 2 per request (2 KV heads, tp 1)
+    r = decode_step(TINY, XPU, lengths, 1, 1, "hfp", LinearTimer(cfg), 1.0, asm)
+    # pair units (qkt + sv): 2+2, 2+2, 1+1, 1+1, 5+5, 5+5 -> x10 cycles, round-robin on 4 channels
+    load = [40 + 100, 40 + 100, 20, 20]
+    fc_s = sum(2 * 3 * i * o / 1e12 for i, o in [(256, 768), (256, 256), (256, 512),
+                                                 (256, 512), (512, 256)])
+    att = max(load) * 1e-9  # plus a negligible EPU term (2^30 lanes)
+    assert r["step_s"] == pytest.approx(3 * (att + fc_s), rel=1e-6)
+    assert r["breakdown_s"]["attention_mac"] == pytest.approx(3 * 56e-9)
+    assert r["breakdown_s"]["act_pre"] == pytest.approx(3 * 28e-9)
+    assert r["tokens_per_s"] == pytest.approx(3 / r["step_s"])
+    assert r["channel_utilization"] == pytest.approx(3 * sum(load) * 1e-9 / (4 * r["step_s"]))
+    assert r["mac_utilization"] == pytest.approx(3 * 0.4 * sum(load) * 1e-9 / (4 * r["step_s"]))
+
+
+def test_decode_step_tcp_and_pipeline_by_hand():
+    cfg = load_profile()
+    asm = Assumptions(epu_lanes=4, xpu_bandwidth_tbs=1e9, link_gbs=1e12)
+    lengths = np.array([1024, 128])  # pp 2: micro-batch 0 = [1024], 1 = [128]
+    r = decode_step(TINY, XPU, lengths, 1, 2, "tcp", LinearTimer(cfg), 1.0, asm)
+    # TCP over 4 channels: 256 and 32 tokens per channel -> 2 and 1 units per kernel
+    att = [2 * (2 + 2) * 10, 2 * (1 + 1) * 10]  # two KV heads per micro-batch
+    epu = [2 * (1024 + 3 * 128) / 4, 2 * (128 + 3 * 128) / 4]
+    fc = sum(2 * i * o / 1e12 for i, o in [(256, 768), (256, 256), (256, 512), (256, 512),
+                                           (512, 256)])
+    per_layer = [(a + e) * 1e-9 + fc for a, e in zip(att, epu, strict=True)]
+    hand = [256 * 2 / 1e21] * 2
+    t = np.array([[per_layer[m] * n + hand[m] for n in (2, 1)] for m in range(2)])
+    period = max(t.sum(axis=0).max(), t.sum(axis=1).max())
+    assert r["step_s"] == pytest.approx(period, rel=1e-9)
+    assert r["breakdown_s"]["pipeline_bubbles"] == pytest.approx(period - t.sum() / 2, rel=1e-6)
+    assert sum(r["breakdown_s"].values()) == pytest.approx(r["step_s"], rel=1e-9)
+    assert r["breakdown_s"]["reduction"] == pytest.approx(sum(epu) * 3e-9 / 2)
+
+
+def test_fc_on_pim_is_one_gemv_per_token():
+    cfg = load_profile()
+    asm = Assumptions(epu_lanes=1 << 30, link_gbs=1e12)
+    one = decode_step(TINY, PIM, np.array([128]), 1, 1, "tcp", LinearTimer(cfg), 1.0, asm)
+    two = decode_step(TINY, PIM, np.array([128, 128]), 1, 1, "tcp", LinearTimer(cfg), 1.0, asm)
+    # d_out per channel: 768/4, 256/4, 512/4, 512/4, 256/4 -> units of 16 outputs
+    units = 192 // 16 + 64 // 16 + 128 // 16 + 128 // 16 + 64 // 16
+    assert one["breakdown_s"]["fc"] == pytest.approx(3 * units * 10e-9)
+    assert two["breakdown_s"]["fc"] == pytest.approx(2 * one["breakdown_s"]["fc"])
+
+
+def test_decode_step_rejects_bad_partition():
+    with pytest.raises(ConfigError, match="partition"):
+        decode_step(TINY, XPU, np.array([1]), 1, 1, "rr", LinearTimer(load_profile()), 1.0, ASM)
+
+
+# ---- the studies ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_study():
+    data = scenario.load("pimphony", sets=["models=LLM-72B-128K", "datasets=Loogle-SD",
+                                           "requests=512"])
+    with sweep.Sweep("serial") as sw:
+        return pimphony.pimphony(data, sw)
+
+
+def test_study_invariants(small_study):
+    rows = small_study["rows"]
+    assert len(rows) == 2 * len(STEPS)
+    by = {(r["system"], r["step"]): r for r in rows}
+    for r in rows:
+        assert sum(r["breakdown_s"].values()) == pytest.approx(r["step_s"], rel=1e-5)  # 6 digits
+        assert set(r["breakdown_s"]) == {*COMPONENTS, "pipeline_bubbles"}
+        assert 0 < r["mac_utilization"] <= r["channel_utilization"] <= 1
+        assert r["tokens_per_s"] == pytest.approx(r["batch"] / r["step_s"], rel=1e-5)
+        best = max(o["tokens_per_s"] for o in r["options"])
+        assert r["tokens_per_s"] == best
+    for system in SYSTEMS:
+        # TCP spreads the few (request, KV head) pairs over every channel
+        assert (by[(system, "+TCP")]["channel_utilization"]
+                > 2 * by[(system, "baseline")]["channel_utilization"])
+        # DCS speeds the same kernels; DPA admits more requests
+        assert by[(system, "+DCS")]["tokens_per_s"] > by[(system, "+TCP")]["tokens_per_s"]
+        assert by[(system, "+DPA")]["batch"] > by[(system, "+DCS")]["batch"]
+        assert by[(system, "+DCS")]["batch"] == by[(system, "baseline")]["batch"]
+
+
+def test_exact_mode_equals_fast_mode_on_a_small_point(monkeypatch):
+    monkeypatch.setenv("PIMORCH_KERNEL_CACHE", "off")
+    sets = ["contexts=2048", "capacities_gb=512", "capacity_context=1024", "requests=4",
+            "systems=xPU+PIM", "steps=+TCP,+DCS"]
+    got = {}
+    for mode in ("fast", "exact"):
+        data = scenario.load("pimphony-scaling", sets=[*sets, f"mode={mode}"])
+        with sweep.Sweep("serial") as sw:
+            got[mode] = pimphony.pimphony_scaling(data, sw)["rows"]
+    for f, e in zip(got["fast"], got["exact"], strict=True):
+        assert f["tokens_per_s"] == pytest.approx(e["tokens_per_s"], rel=0.02)
+
+
+def test_dask_sweep_equals_serial():
+    sets = ["models=LLM-7B-128K", "datasets=multifieldqa", "requests=256",
+            "steps=baseline,+DPA"]
+    out = {}
+    for scheduler in ("serial", "local"):
+        result = pimphony.run("pimphony", sets=sets, scheduler=scheduler)
+        result.pop("wall_s")
+        out[scheduler] = json.dumps(result, sort_keys=True)
+    assert out["serial"] == out["local"]
+
+
+def test_tcp_activation_shape():
+    data = scenario.load("tcp-activation", sets=["tokens=16,4096,65536"])
+    with sweep.Sweep("serial") as sw:
+        rows = pimphony.tcp_activation(data, sw)["rows"]
+    assert [r["qkt"]["tcp"]["active_channels"] for r in rows] == [1, 16, 16]
+    assert all(r[k]["hfp"]["active_channels"] == 1 for r in rows for k in ("qkt", "sv"))
+    assert rows[-1]["qkt"]["speedup"] > 15  # long pairs: ~16x over one channel
+
+
+# ---- scenarios ------------------------------------------------------------------
+
+
+def test_scenario_file_and_set_overrides(tmp_path):
+    f = tmp_path / "s.toml"
+    f.write_text('models = ["LLM-7B-32K"]\nseed = 3\n[assumptions]\nlink_gbs = 100\n')
+    data = scenario.load("pimphony", str(f), ["seed=4", "systems=PIM-only",
+                                              "assumptions.epu_lanes=64"])
+    assert data["models"] == ["LLM-7B-32K"] and data["seed"] == 4
+    assert data["systems"] == ["PIM-only"]
+    assert data["assumptions"]["link_gbs"] == 100.0
+    assert data["assumptions"]["epu_lanes"] == 64
+    assert scenario.load("pimphony", sets=['steps=["baseline", "+DPA"]'])["steps"] == [
+        "baseline", "+DPA"]
+
+
+@pytest.mark.parametrize("sets,message", [
+    (["colour=red"], "unknown key 'colour'"),
+    (["assumptions.speed=1"], "unknown key 'assumptions.speed'"),
+    (["seed=x"], "seed must be an integer"),
+    (["assumptions=3"], "assumptions must be a table"),
+    (["models=1,2"], r"models\[0\] must be a string"),
+    (["seed"], "expected key=value"),
+])
+def test_scenario_errors_name_the_key(sets, message):
+    with pytest.raises(ConfigError, match=message):
+        scenario.load("pimphony", sets=sets)
+
+
+def test_scenario_semantic_errors_name_the_key(tmp_path):
+    for sets, message in ((["models=LLM-1B"], "models: unknown name 'LLM-1B'"),
+                          (["mode=turbo"], "mode must be one of"),
+                          (["assumptions.baseline_policy=fifo"], "baseline_policy"),
+                          (["assumptions.link_gbs=0"], "link_gbs must be > 0"),
+                          (["systems="], "systems: the list is empty")):
+        with pytest.raises(ConfigError, match=message):
+            pimphony.run("pimphony", sets=sets)
+    bad = tmp_path / "bad.toml"
+    bad.write_text("models = [\n")
+    with pytest.raises(ConfigError, match="scenario"):
+        scenario.load("pimphony", str(bad))
+    with pytest.raises(ConfigError, match="does not exist"):
+        scenario.load("pimphony", str(tmp_path / "none.toml"))
