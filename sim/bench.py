@@ -187,6 +187,61 @@ def bench_golden_studies() -> dict:
             "hetero_runtime_ops_per_s": round(len(ops) / run_s)}
 
 
+def bench_system() -> dict:
+    """The system model: simulated PIM commands per wall-second in exact
+    mode (the cycle-exact channel model) and fast mode (calibrated, composed),
+    on QK^T d_head 128, group 8 under DCS; and the ``pimphony`` study's wall
+    time, cold (no kernel cache) on one process and on a local Dask
+    cluster, then warm (cached calibrations)."""
+    import os
+
+    import numpy as np
+
+    from golden import pimphony
+    from golden.kernel_timing import KernelTimer, Shape
+    from golden.system import Assumptions, channel_config
+
+    shape = Shape("qkt", 128, 8)
+    cfg = channel_config("gddr6-aim", "dcs", Assumptions())
+    per_unit = len(shape.build(cfg, 2).commands) - len(shape.build(cfg, 1).commands)
+    first = len(shape.build(cfg, 1).commands)
+    exact_units = 24
+    start = time.perf_counter()
+    KernelTimer(cfg, "exact").exact(shape, exact_units)
+    exact_s = time.perf_counter() - start
+    exact_cmds = first + (exact_units - 1) * per_unit
+    timer = KernelTimer(cfg, "fast")
+    timer.calibration(shape)
+    units = shape.units(cfg, np.full(100_000, 65536))
+    start = time.perf_counter()
+    timer(shape, units)
+    fast_s = time.perf_counter() - start
+    fast_cmds = int((first + (units - 1) * per_unit).sum())
+    out = {"kernel": f"{shape.key()} on {cfg.describe()}",
+           "exact": {"commands": exact_cmds, "wall_s": round(exact_s, 3),
+                     "commands_per_s": round(exact_cmds / exact_s)},
+           "fast": {"kernels": len(units), "commands": fast_cmds, "wall_s": round(fast_s, 4),
+                    "commands_per_s": round(fast_cmds / fast_s)}}
+    saved = os.environ.get("PIMORCH_KERNEL_CACHE")
+    try:
+        for label, cache, scheduler in (("cold_serial", "off", "serial"),
+                                        ("cold_local_dask", "off", "local"),
+                                        ("warm_serial", "build/bench-kernel-cache.json",
+                                         "serial")):
+            os.environ["PIMORCH_KERNEL_CACHE"] = cache
+            if label == "warm_serial":
+                pimphony.run("pimphony", scheduler="serial")  # fill the cache
+            start = time.perf_counter()
+            pimphony.run("pimphony", scheduler=scheduler)
+            out[f"pimphony_{label}_wall_s"] = round(time.perf_counter() - start, 2)
+    finally:
+        if saved is None:
+            os.environ.pop("PIMORCH_KERNEL_CACHE", None)
+        else:
+            os.environ["PIMORCH_KERNEL_CACHE"] = saved
+    return out
+
+
 def bench(out: Path | None, sims: list[str]) -> dict:
     report = {
         "benchmark": f"GEMV {GEMV_SHAPE[0]}x{GEMV_SHAPE[1]} on one channel, static controller",
@@ -202,6 +257,7 @@ def bench(out: Path | None, sims: list[str]) -> dict:
         "rtl_hub": {sim: bench_rtl_hub(sim) for sim in sims},
         "rtl_alu": {sim: bench_rtl_alu(sim) for sim in sims},
         "golden_studies": bench_golden_studies(),
+        "system": bench_system(),
     }
     for r in report["rtl"].values():
         if r.get("cycles_per_s"):

@@ -92,7 +92,51 @@ def test_cli_jitq_json(capsys):
     assert data["models"][0]["formats"]["MX4"]["sources"]["fp32"]["placements"]["tiled"]
 
 
+SMALL_PIMPHONY = ["--scheduler", "serial", "--set", "models=LLM-7B-128K", "--set",
+                  "datasets=Loogle-SD", "--set", "requests=128"]
+
+
+def test_cli_pimphony_json_csv_plots(tmp_path, capsys):
+    csv_path, plots = tmp_path / "p.csv", tmp_path / "plots"
+    assert main(["run", "pimphony", *SMALL_PIMPHONY, "--json", "-", "--csv", str(csv_path),
+                 "--plot", str(plots)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [(r["system"], r["step"]) for r in data["rows"]][:4] == [
+        ("xPU+PIM", s) for s in ("baseline", "+TCP", "+DCS", "+DPA")]
+    lines = csv_path.read_text().splitlines()
+    assert len(lines) == 1 + len(data["rows"])
+    assert "breakdown_share.pipeline_bubbles" in lines[0].split(",")
+    pngs = sorted(p.name for p in plots.iterdir())
+    assert pngs == ["pimphony-breakdown.png", "pimphony-channel-utilization.png",
+                    "pimphony-mac-utilization.png", "pimphony-throughput.png"]
+    assert all((plots / p).read_bytes()[:4] == b"\x89PNG" for p in pngs)
+
+
+def test_cli_scaling_and_tcp_activation(tmp_path, capsys):
+    assert main(["run", "pimphony-scaling", "--scheduler", "serial", "--set",
+                 "contexts=4096,1048576", "--set", "capacities_gb=256", "--set",
+                 "steps=baseline,+DPA", "--json", "-",
+                 "--plot", str(tmp_path)]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    million = {(r["system"], r["step"]): r for r in rows if r["context"] == 1 << 20}
+    # reserving the longest drawn context (1M + 3 sigma) for a request does not fit
+    # 512 GB next to the weights; DPA's chunks for the actual length do
+    assert million[("xPU+PIM", "baseline")]["batch"] == 0
+    assert million[("xPU+PIM", "+DPA")]["tokens_per_s"] > 0
+    assert (tmp_path / "pimphony-scaling-context.png").is_file()
+    assert main(["run", "tcp-activation", "--scheduler", "serial", "--json", "-"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["module"] == "16 channels x 16 banks"
+    assert main(["run", "tcp-activation", "--show-scenario", "--set", "channels=8"]) == 0
+    assert json.loads(capsys.readouterr().out)["channels"] == 8
+
+
 @pytest.mark.parametrize("argv, needle", [
+    (["run", "pimphony", "--set", "colour=red"], "unknown key 'colour'"),
+    (["run", "pimphony", "--set", "models=LLM-1B"], "models: unknown name 'LLM-1B'"),
+    (["run", "pimphony-scaling", "--set", "variation=0.5"], "variation must be in"),
+    (["run", "pimphony", "--scenario", "/nonexistent.toml"], "does not exist"),
+    (["run", "tcp-activation", "--set", "assumptions.epu_lanes=fast"], "epu_lanes must be"),
     (["gemv", "--set", "banks=99"], "banks must be an integer"),
     (["gemv", "--set", "nonsense=1"], "unknown configuration key 'nonsense'"),
     (["gemv", "--set", "banks"], "expected key=value"),
