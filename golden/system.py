@@ -268,7 +268,7 @@ def evaluate(model: Model, system: System, lengths: np.ndarray, capacity_gb: int
     results = [decode_step(model, system, batch, tp, pp, step.partition, timer, t_ck, asm)
                for tp, pp in options]
     best = max(results, key=lambda r: (r["tokens_per_s"], -r["tp"]))
-    return {**best, "modules": modules,
+    return {**best, "modules": modules, "weights_fit": adm["kv_capacity_bytes"] > 0,
             "capacity_utilization": adm["live_bytes"] / adm["kv_capacity_bytes"]
             if adm["kv_capacity_bytes"] > 0 else 0.0,
             "allocated_gb": adm["allocated_bytes"] / GB,

@@ -46,7 +46,7 @@ def test_fast_matches_exact_on_every_study_shape(policy, shape, monkeypatch):
     cfg = channel_config("gddr6-aim", policy, ASM)
     fast, exact = KernelTimer(cfg, "fast"), KernelTimer(cfg, "exact")
     n = CALIBRATE[shape.kind]
-    for units in (n + 1, n + 3) if shape.kind == "fc" else (n + 1, n + 4, 12):
+    for units in (n + 1, n + 4) if shape.kind == "fc" else (n + 1, n + 4, 12):
         f, e = fast(shape, [units]), exact(shape, [units])
         assert e["cycles"][0] == sum(e[lab][0] for lab in LABELS[1:])
         for lab in LABELS:
@@ -59,10 +59,24 @@ def test_fast_mode_is_exact_up_to_the_calibration_and_zero_at_zero(monkeypatch):
     cfg = channel_config("gddr6-aim", "dcs", ASM)
     shape = Shape("qkt", 128, 4)
     fast, exact = KernelTimer(cfg, "fast"), KernelTimer(cfg, "exact")
-    got = fast(shape, [0, 1, 2, 3])
+    got = fast(shape, [0, 1, 2, 3, 4])
     assert got["cycles"][0] == 0
-    for u in (1, 2, 3):
+    for u in (1, 2, 3, 4):
         assert all(got[lab][u] == exact.exact(shape, u)[lab] for lab in LABELS)
+
+
+def test_ping_pong_streams_repeat_every_two_units(monkeypatch):
+    """Ping-pong alternates buffer halves: the fast mode sees a period of two
+    units and stays exact far beyond its calibration."""
+    monkeypatch.setenv("PIMORCH_KERNEL_CACHE", "off")
+    cfg = channel_config("gddr6-aim", "pingpong", ASM)
+    shape = Shape("sv", 128, 1)
+    fast, exact = KernelTimer(cfg, "fast"), KernelTimer(cfg, "exact")
+    assert fast.period(fast.calibration(shape)) == 2
+    assert fast.period(KernelTimer(channel_config("gddr6-aim", "dcs", ASM)).calibration(
+        shape)) == 1
+    for u in (9, 10):
+        assert fast(shape, [u])["cycles"][0] == exact.exact(shape, u)["cycles"]
 
 
 def test_kernel_cache_on_disk_is_reused(tmp_path, monkeypatch):
