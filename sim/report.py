@@ -90,17 +90,20 @@ def _plot_pimphony(result: dict, out: Path) -> list[str]:
         plt.close(fig)
         files.append(str(path))
     # latency breakdown of the last step, per point
-    fig, axes = plt.subplots(1, len(systems), figsize=(6 * len(systems), 4), squeeze=False)
-    for ax, system in zip(axes[0], systems, strict=True):
+    n = max(len(rows) // max(len(systems), 1), 1)
+    fig, axes = plt.subplots(len(systems), 1, figsize=(max(6.0, 0.3 * n), 4.5 * len(systems)),
+                             squeeze=False)
+    for ax, system in zip(axes[:, 0], systems, strict=True):
         sel = [r for r in rows if r["system"] == system]
-        labels = [f"{r['model']}\n{r['dataset']}\n{r['step']}" for r in sel]
+        labels = [f"{r['model'].removeprefix('LLM-')} {r['dataset']} {r['step']}" for r in sel]
         bottom = [0.0] * len(sel)
         for comp in sel[0]["breakdown_share"] if sel else []:
             vals = [r["breakdown_share"][comp] for r in sel]
             ax.bar(range(len(sel)), vals, bottom=bottom, label=comp)
             bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
         ax.set_xticks(range(len(sel)))
-        ax.set_xticklabels(labels, fontsize=4, rotation=90)
+        ax.set_xticklabels(labels, fontsize=6, rotation=90)
+        ax.set_ylabel("share of the decode step")
         ax.set_title(f"{system}: decode-step breakdown")
         ax.legend(fontsize=6)
     fig.tight_layout()
@@ -126,7 +129,8 @@ def _plot_scaling(result: dict, out: Path) -> list[str]:
                        if r["system"] == system and r["step"] == step]
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=step)
             ax.set_xscale("log", base=2)
-            ax.set_yscale("symlog")
+            ax.set_yscale("symlog", linthresh=1)
+            ax.set_ylim(bottom=0)
             ax.set_xlabel(xlabel)
             ax.set_ylabel("decode tokens/s")
             ax.set_title(f"{result['scenario']['model']} on {system}")
