@@ -122,6 +122,10 @@ def wr(bank: int, row: int, col: int) -> Command:
     return Command(Opcode.WR, bank=bank, row=row, col=col)
 
 
+def act_ahead(bank: int, row: int) -> Command:
+    return Command(Opcode.ACT_AHEAD, bank=bank, row=row)
+
+
 @dataclass(frozen=True)
 class TraceEntry:
     cmd_id: int
@@ -187,8 +191,10 @@ class ChannelModel:
     # ---- decoding -----------------------------------------------------
     def check(self, cmd: Command) -> tuple[ErrorCode, str]:
         c = self.config
-        if cmd.opcode not in CHANNEL_OPCODES:
-            return ErrorCode.BAD_OPCODE, f"opcode={cmd.opcode} is not a channel command"
+        if cmd.opcode not in CHANNEL_OPCODES and not (c.dual_path and
+                                                      cmd.opcode == Opcode.ACT_AHEAD):
+            return ErrorCode.BAD_OPCODE, f"opcode={cmd.opcode} is not a channel command" + (
+                " (ACT_AHEAD needs dual-path banks)" if cmd.opcode == Opcode.ACT_AHEAD else "")
         op = Opcode(cmd.opcode)
         checks = {
             Opcode.WR_INP: [("gbuf_idx", c.gbuf_entries, ErrorCode.GBUF_RANGE)],
@@ -196,6 +202,8 @@ class ChannelModel:
                          ("gbuf_idx", c.gbuf_entries, ErrorCode.GBUF_RANGE),
                          ("out_idx", c.obuf_entries, ErrorCode.OBUF_RANGE)],
             Opcode.RD_OUT: [("out_idx", c.obuf_entries, ErrorCode.OBUF_RANGE)],
+            Opcode.ACT_AHEAD: [("bank", c.banks, ErrorCode.BANK_RANGE),
+                               ("row", c.rows, ErrorCode.ROW_RANGE)],
         }.get(op, [("bank", c.banks, ErrorCode.BANK_RANGE), ("row", c.rows, ErrorCode.ROW_RANGE),
                    ("col", c.cols, ErrorCode.COL_RANGE)])
         for name, limit, code in checks:
@@ -265,8 +273,8 @@ class ChannelModel:
     def _halves(self, op: Opcode, cmd: Command) -> tuple[int, ...]:
         """Buffer halves a command occupies under ping-pong (static: one)."""
         cfg = self.config
-        if cfg.policy == "static" or op in (Opcode.RD, Opcode.WR):
-            return (0, 1)  # static: the whole buffer; RD/WR: a fence
+        if cfg.policy == "static" or op in (Opcode.RD, Opcode.WR, Opcode.ACT_AHEAD):
+            return (0, 1)  # static: the whole buffer; RD/WR/ACT-AHEAD: a fence
         halves = set()
         if op in (Opcode.WR_INP, Opcode.MAC):
             halves.add(int(cmd.gbuf_idx >= cfg.gbuf_entries // 2))
@@ -280,7 +288,7 @@ class ChannelModel:
         half (static: one half, the whole buffer). Ping-pong hands the MAC
         over to the other half only when both halves are idle."""
         tm = self.config.timing
-        banks = BankTimer(self.config.banks, tm)
+        banks = BankTimer(self.config.banks, tm, self.config.slice_rows)
         busy = [0, 0]  # per half: the static gap of its last action ends here
         mac_half: tuple[int, ...] | None = None
         free = 0  # first cycle the controller can work on the next command
@@ -310,6 +318,9 @@ class ChannelModel:
                 for h in halves:
                     busy[h] = c + tm.gap(kind)
                 t = c + 1
+            if op == Opcode.ACT_AHEAD:  # the row is open: done, no column access
+                free = slot(0, t) + 1
+                continue
             earliest = banks.earliest(op, banks.touched(op, cmd))
             beat = None
             if op in _WRITES:
@@ -328,27 +339,45 @@ class ChannelModel:
 
 
 class BankTimer:
-    """Open rows and the tRAS/tRP/tRCD/tCCD bookkeeping of the banks.
+    """Open rows and the tRAS/tRP/tRCD/tCCD/tFAW bookkeeping of the banks.
 
     A MAC needs its row open in every bank: if any bank is open and not all
     are at the row, an all-bank PRE closes every open bank, then an all-bank
-    ACT. RD/WR need their row open in their bank: PRE if another row is
-    open there, then ACT."""
+    ACT. RD/WR (and ACT-AHEAD) need their row open in their bank: PRE if
+    another row is open there, then ACT.
+
+    Dual-path banks sliced at ``slice_rows`` (docs/dual-path.md) have two
+    partitions each, rows below the split and the rest, every partition with
+    its own open row and tRAS/tRCD/tRP: the rules above apply per partition
+    (the partition of the command's row), so a RD and a MAC in different
+    partitions of one bank keep both rows open. tCCD then holds per path:
+    MAC to MAC (the PIM path) and RD/WR to RD/WR (the shared data bus);
+    unsliced, every column command is one path.
+
+    tFAW (``timing.t_faw`` > 0): an ACT waits until ``t_faw`` cycles after
+    the fourth ACT before it (an all-bank ACT counts once)."""
 
     NEVER = -(1 << 40)
 
-    def __init__(self, n_banks: int, timing):
-        self.n, self.tm = n_banks, timing
-        self.open_row: list[int | None] = [None] * n_banks
-        self.t_act = [self.NEVER] * n_banks
-        self.t_pre = [self.NEVER] * n_banks
-        self.t_col = self.NEVER
+    def __init__(self, n_banks: int, timing, slice_rows: int = 0):
+        self.n, self.tm, self.split = n_banks, timing, slice_rows
+        units = n_banks * (2 if slice_rows else 1)
+        self.open_row: list[int | None] = [None] * units
+        self.t_act = [self.NEVER] * units
+        self.t_pre = [self.NEVER] * units
+        self.t_col = self.NEVER  # last column command (sliced: on the RD/WR path)
+        self.t_col_mac = self.NEVER  # sliced: last MAC (the PIM path)
+        self.acts: list[int] = []  # ACT cycles, for tFAW
+
+    def unit(self, bank: int, row: int) -> int:
+        """The row-buffer unit (bank, partition) holding ``row`` of ``bank``."""
+        return bank + self.n if self.split and row >= self.split else bank
 
     def touched(self, op: Opcode, cmd: Command) -> list[int]:
         if op == Opcode.MAC:
-            return list(range(self.n))
-        if op in (Opcode.RD, Opcode.WR):
-            return [cmd.bank]
+            return [self.unit(b, cmd.row) for b in range(self.n)]
+        if op in (Opcode.RD, Opcode.WR, Opcode.ACT_AHEAD):
+            return [self.unit(cmd.bank, cmd.row)]
         return []
 
     def next_action(self, op: Opcode, cmd: Command) -> tuple[Opcode, list[int]] | None:
@@ -372,16 +401,22 @@ class BankTimer:
         act = [b for b in touched if self.open_row[b] is None]
         return (Opcode.ACT, act) if act else None
 
+    def _mac_path(self, kind: Opcode) -> bool:
+        return bool(self.split) and kind == Opcode.MAC
+
     def earliest(self, kind: Opcode, banks: list[int]) -> int:
         """Earliest cycle the bank rules allow ``kind`` on ``banks``."""
         tm = self.tm
         if kind == Opcode.PRE:
             return max(self.t_act[b] + tm.t_ras for b in banks)
         if kind == Opcode.ACT:
-            return max(self.t_pre[b] + tm.t_rp for b in banks)
+            faw = getattr(tm, "t_faw", 0)
+            window = self.acts[-4] + faw if faw and len(self.acts) >= 4 else 0
+            return max(window, *(self.t_pre[b] + tm.t_rp for b in banks))
         if not banks:
             return 0
-        return max(max(self.t_act[b] + tm.t_rcd for b in banks), self.t_col + tm.t_ccd)
+        last = self.t_col_mac if self._mac_path(kind) else self.t_col
+        return max(max(self.t_act[b] + tm.t_rcd for b in banks), last + tm.t_ccd)
 
     def apply(self, kind: Opcode, banks: list[int], cycle: int, row: int) -> None:
         for b in banks:
@@ -389,8 +424,14 @@ class BankTimer:
                 self.open_row[b], self.t_pre[b] = None, cycle
             elif kind == Opcode.ACT:
                 self.open_row[b], self.t_act[b] = row, cycle
-        if kind not in (Opcode.PRE, Opcode.ACT) and banks:
-            self.t_col = cycle
+        if kind == Opcode.ACT:
+            self.acts.append(cycle)
+            del self.acts[:-4]
+        elif kind != Opcode.PRE and banks:
+            if self._mac_path(kind):
+                self.t_col_mac = cycle
+            else:
+                self.t_col = cycle
 
 
 class Streams:

@@ -38,6 +38,7 @@ class Timing:
     t_wr_inp: int = 4
     t_mac: int = 8
     t_rd_out: int = 8
+    t_faw: int = 0  # four-activate window; 0: not modelled (optional in profiles)
 
     def gap(self, opcode: Opcode) -> int:
         """Static in-order gap: cycles from this command to the next bus command."""
@@ -49,7 +50,12 @@ class Timing:
             Opcode.WR: self.t_ccd,
             Opcode.PRE: 1,
             Opcode.ACT: 1,
+            Opcode.ACT_AHEAD: 1,
         }[opcode]
+
+
+#: Timing keys a profile may leave out, with the value that turns them off.
+OPTIONAL_TIMING = {"t_faw": 0}
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,12 @@ class ChannelConfig:
     policy: str = "static"  # controller: one of POLICIES
     io_depth: int = 4  # DCS I/O queue entries (WR-INP, RD-OUT, RD, WR)
     compute_depth: int = 4  # DCS compute queue entries (MAC)
+    #: Dual-path execution (LibraPIM DEX, docs/dual-path.md): every bank has
+    #: two partitions, rows [0, slice_rows) and [slice_rows, rows), each with
+    #: its own open row. ``dual_path`` is the hardware (build-time);
+    #: ``slice_rows`` the split of a run (0: one partition, a conventional bank).
+    dual_path: bool = False
+    slice_rows: int = 0
 
     def __post_init__(self):
         if self.policy not in POLICIES:
@@ -88,13 +100,27 @@ class ChannelConfig:
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
                 raise ConfigError(f"{key} must be an integer in [{lo}, {hi}], not {value!r}")
+        if not isinstance(self.dual_path, bool):
+            raise ConfigError(f"dual_path must be true or false, not {self.dual_path!r}")
+        if (not isinstance(self.slice_rows, int) or isinstance(self.slice_rows, bool)
+                or not 0 <= self.slice_rows < self.rows):
+            raise ConfigError(f"slice_rows must be an integer in [0, {self.rows - 1}] (rows of "
+                              f"the first partition; 0: no slicing), not {self.slice_rows!r}")
+        if self.slice_rows and not self.dual_path:
+            raise ConfigError(f"slice_rows={self.slice_rows} needs dual_path banks "
+                              f"(dual_path=true)")
+        if self.dual_path and self.policy == "dcs":
+            raise ConfigError("dual_path needs an in-order controller (policy static or "
+                              "pingpong), not dcs")
         if self.policy == "pingpong" and (self.gbuf_entries < 2 or self.obuf_entries < 2):
             raise ConfigError(f"policy pingpong needs gbuf_entries and obuf_entries >= 2 "
                               f"(two halves), not {self.gbuf_entries} and {self.obuf_entries}")
         for key in (f.name for f in dataclasses.fields(Timing)):
             value = getattr(self.timing, key)
-            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 4096:
-                raise ConfigError(f"timing.{key} must be an integer in [1, 4096], not {value!r}")
+            lo = 0 if key in OPTIONAL_TIMING else 1
+            if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= 4096:
+                raise ConfigError(f"timing.{key} must be an integer in [{lo}, 4096], "
+                                  f"not {value!r}")
 
     def replace(self, **changes) -> ChannelConfig:
         timing = {k: changes.pop(k) for k in list(changes) if hasattr(self.timing, k)}
@@ -103,10 +129,17 @@ class ChannelConfig:
 
     def describe(self) -> str:
         t = self.timing
-        return (f"{self.profile} ({self.policy}): {self.banks} banks x {self.rows} rows x "
+        text = (f"{self.profile} ({self.policy}): {self.banks} banks x {self.rows} rows x "
                 f"{self.cols} cols, GBuf {self.gbuf_entries}, OBuf {self.obuf_entries}, "
                 f"tRCD {t.t_rcd} tRP {t.t_rp} tRAS {t.t_ras} tCCD {t.t_ccd} "
                 f"gaps {t.t_wr_inp}/{t.t_mac}/{t.t_rd_out}")
+        if t.t_faw:
+            text += f" tFAW {t.t_faw}"
+        if self.dual_path:
+            text += (f", dual-path banks, partitions {self.slice_rows}:"
+                     f"{self.rows - self.slice_rows}" if self.slice_rows
+                     else ", dual-path banks, unsliced")
+        return text
 
 
 PROFILES = {"gddr6-aim": "gddr6_aim.toml", "hbm2-pim": "hbm2_pim.toml",
@@ -139,11 +172,12 @@ def load_profile(name_or_path: str = DEFAULT_PROFILE, **overrides) -> ChannelCon
         for key in data.get(section, {}):
             if key not in allowed:
                 raise ConfigError(f"profile {name_or_path!r}: unknown key {section}.{key}")
-    missing = timing_keys - set(data.get("timing", {}))
+    missing = timing_keys - set(OPTIONAL_TIMING) - set(data.get("timing", {}))
     if missing:
         raise ConfigError(f"profile {name_or_path!r}: missing key timing.{sorted(missing)[0]}")
     valid = timing_keys | geometry_keys | {"cmd_depth", "wdata_depth", "rdata_depth", "policy",
-                                           "io_depth", "compute_depth"}
+                                           "io_depth", "compute_depth", "dual_path",
+                                           "slice_rows"}
     for key in overrides:
         if key not in valid:
             raise ConfigError(f"unknown configuration key {key!r} "
@@ -153,6 +187,17 @@ def load_profile(name_or_path: str = DEFAULT_PROFILE, **overrides) -> ChannelCon
     geometry = {**data.get("geometry", {}),
                 **{k: v for k, v in overrides.items() if k not in timing_keys}}
     return ChannelConfig(timing=timing, profile=data.get("name", name_or_path), **geometry)
+
+
+def slice_rows_for(rows: int, n: int, m: int) -> int:
+    """Rows of the first partition when a bank of ``rows`` rows is split
+    ``n:m`` (subarrays in that ratio)."""
+    if not (isinstance(n, int) and isinstance(m, int)) or n < 1 or m < 1:
+        raise ConfigError(f"partition ratio must be two positive integers n:m, not {n}:{m}")
+    split, rem = divmod(rows * n, n + m)
+    if rem:
+        raise ConfigError(f"partition ratio {n}:{m} does not split {rows} rows into whole rows")
+    return split
 
 
 #: The configuration the RTL tests and ``make sim`` use: GDDR6-AiM timing,

@@ -66,7 +66,7 @@ def select(index, items):
 class _Op:
     """Opcode decode of one command view."""
 
-    OPS = (Opcode.WR_INP, Opcode.MAC, Opcode.RD_OUT, Opcode.RD, Opcode.WR)
+    OPS = (Opcode.WR_INP, Opcode.MAC, Opcode.RD_OUT, Opcode.RD, Opcode.WR, Opcode.ACT_AHEAD)
 
     def __init__(self, m, opcode, name):
         self.is_ = {o: Signal(name=f"{name}_is_{o.name.lower()}") for o in self.OPS}
@@ -74,6 +74,7 @@ class _Op:
         i = self.is_
         self.wr_inp, self.mac, self.rd_out = i[Opcode.WR_INP], i[Opcode.MAC], i[Opcode.RD_OUT]
         self.normal = i[Opcode.RD] | i[Opcode.WR]
+        self.act_ahead = i[Opcode.ACT_AHEAD]
         self.write = i[Opcode.WR_INP] | i[Opcode.WR]
         self.read = i[Opcode.RD_OUT] | i[Opcode.RD]
         self.uses_bank = i[Opcode.MAC] | self.normal
@@ -85,11 +86,12 @@ def command_error(m, cfg, cmd, op, name):
     """Error code of ``cmd`` (0: good) on a channel of ``cfg``, in the
     priority of ``golden.channel.ChannelModel.check``."""
     err = Signal(FIELDS["err_code"].width, name=name)
-    with m.If(~(op.write | op.read | op.mac)):
+    ahead = op.act_ahead if cfg.dual_path else Const(0)  # ACT-AHEAD: dual-path banks only
+    with m.If(~(op.write | op.read | op.mac | ahead)):
         m.d.comb += err.eq(ErrorCode.BAD_OPCODE)
-    with m.Elif(op.normal & (cmd.bank >= cfg.banks)):
+    with m.Elif((op.normal | ahead) & (cmd.bank >= cfg.banks)):
         m.d.comb += err.eq(ErrorCode.BANK_RANGE)
-    with m.Elif(op.uses_bank & (cmd.row >= cfg.rows)):
+    with m.Elif((op.uses_bank | ahead) & (cmd.row >= cfg.rows)):
         m.d.comb += err.eq(ErrorCode.ROW_RANGE)
     with m.Elif(op.uses_bank & (cmd.col >= cfg.cols)):
         m.d.comb += err.eq(ErrorCode.COL_RANGE)
@@ -126,22 +128,29 @@ def stream_fifos(m, top, cmd_width, data_width):
     return cmd_fifo, wdata_fifo, rdata_fifo
 
 
-def bank_rules(m, B, rows, tm, row, touched, as_set, ccd_every_column=False):
-    """Open rows and bank timing (tRAS, tRCD, tRP per bank; tCCD per channel)
-    for a command that touches the banks in mask ``touched`` at ``row``:
-    what it needs next (PRE, ACT or the column access) and whether the timing
-    allows it now. ``as_set``: the banks open together, like the channel's
-    all-bank MAC (if any touched bank is off the row, precharge every open
-    touched bank); otherwise each touched bank on its own. tCCD separates
-    column accesses to the banks, or with ``ccd_every_column`` every column
-    command. ``update`` applies an issue; ``choose`` drives the next action."""
+def bank_rules(m, B, rows, tm, row, touched, as_set, ccd_every_column=False, mac_path=None):
+    """Open rows and bank timing (tRAS, tRCD, tRP per bank; tCCD per channel;
+    tFAW when ``tm.t_faw``) for a command that touches the banks in mask
+    ``touched`` at ``row``: what it needs next (PRE, ACT or the column access)
+    and whether the timing allows it now. ``as_set``: the banks open together,
+    like the channel's all-bank MAC (if any touched bank is off the row,
+    precharge every open touched bank); otherwise each touched bank on its
+    own. tCCD separates column accesses to the banks, or with
+    ``ccd_every_column`` every column command; ``mac_path`` (a signal, for
+    sliced dual-path banks): this column access is on the MAC path, whose
+    tCCD is separate from the RD/WR path's. ``update`` applies an issue;
+    ``choose`` drives the next action. B counts row-buffer units: banks, or
+    bank partitions of dual-path banks."""
     open_ = Signal(B)
     open_row = [Signal(range(max(2, rows)), name=f"open_row{b}") for b in range(B)]
     ras = [_counter(tm.t_ras, f"ras_cnt{b}") for b in range(B)]
     rcd = [_counter(tm.t_rcd, f"rcd_cnt{b}") for b in range(B)]
     rp = [_counter(tm.t_rp, f"rp_cnt{b}") for b in range(B)]
     ccd = _counter(tm.t_ccd, "ccd_cnt")
-    for cnt in [*ras, *rcd, *rp, ccd]:
+    ccd_mac = _counter(tm.t_ccd, "ccd_mac_cnt") if mac_path is not None else None
+    t_faw = getattr(tm, "t_faw", 0)
+    faw = [_counter(t_faw, f"faw_cnt{k}") for k in range(4)] if t_faw else []
+    for cnt in [*ras, *rcd, *rp, ccd, *([ccd_mac] if ccd_mac is not None else []), *faw]:
         with m.If(cnt != 0):
             m.d.sync += cnt.eq(cnt - 1)
 
@@ -164,8 +173,12 @@ def bank_rules(m, B, rows, tm, row, touched, as_set, ccd_every_column=False):
     r = Rules()
     r.pre_mask, r.act_mask, r.touched = pre_mask, act_mask, touched
     r.pre_ok = all_zero(ras, pre_mask)
-    r.act_ok = all_zero(rp, act_mask)
-    ccd_ok = (ccd == 0) if ccd_every_column else ((touched == 0) | (ccd == 0))
+    # tFAW: the fourth ACT back is t_faw cycles old
+    r.act_ok = all_zero(rp, act_mask) & ((faw[3] == 0) if faw else 1)
+    ccd_free = ccd == 0
+    if ccd_mac is not None:
+        ccd_free = Mux(mac_path, ccd_mac == 0, ccd_free)
+    ccd_ok = ccd_free if ccd_every_column else ((touched == 0) | ccd_free)
     r.col_ok = all_zero(rcd, touched) & ccd_ok
     r.open_ = open_
 
@@ -181,18 +194,30 @@ def bank_rules(m, B, rows, tm, row, touched, as_set, ccd_every_column=False):
                 with m.If(act_mask[b]):
                     m.d.sync += [open_row[b].eq(row), ras[b].eq(tm.t_ras - 1),
                                  rcd[b].eq(tm.t_rcd - 1)]
+            if faw:
+                m.d.sync += faw[0].eq(t_faw - 1)
+                for k in range(1, 4):
+                    m.d.sync += faw[k].eq(Mux(faw[k - 1] != 0, faw[k - 1] - 1, 0))
         with m.If(do_col & (1 if ccd_every_column else (touched != 0))):
-            m.d.sync += ccd.eq(tm.t_ccd - 1)
+            if ccd_mac is None:
+                m.d.sync += ccd.eq(tm.t_ccd - 1)
+            else:
+                with m.If(mac_path):
+                    m.d.sync += ccd_mac.eq(tm.t_ccd - 1)
+                with m.Else():
+                    m.d.sync += ccd.eq(tm.t_ccd - 1)
 
-    def choose(do_pre, do_act, do_col, col_cond):
+    def choose(do_pre, do_act, do_col, col_cond, col_free=None):
         """Drive the next action the command needs: PRE, ACT, or the
-        column access once ``col_cond`` also holds."""
+        column access once ``col_cond`` also holds (with ``col_free``: at
+        once, no column rules: the command ends when its row is open)."""
         with m.If(pre_mask != 0):
             m.d.comb += do_pre.eq(r.pre_ok)
         with m.Elif(act_mask != 0):
             m.d.comb += do_act.eq(r.act_ok)
         with m.Else():
-            m.d.comb += do_col.eq(r.col_ok & col_cond)
+            col = r.col_ok & col_cond
+            m.d.comb += do_col.eq(col if col_free is None else Mux(col_free, col_cond, col))
 
     r.update, r.choose = update, choose
     return r
@@ -225,6 +250,10 @@ class Channel(wiring.Component):
         Clears the sticky error and the count.
     cycle : Out(32)
         Controller cycle counter since reset (the trace's time base).
+    slice_rows : In(range(rows)), dual-path channels only
+        Rows of each bank's first partition, set before a run and held
+        (0: unsliced, a conventional bank); ``ChannelConfig.slice_rows`` in
+        the golden model.
     """
 
     def __init__(self, config: ChannelConfig, datapath: bool = True):
@@ -242,6 +271,7 @@ class Channel(wiring.Component):
             "status": Out(StatusLayout),
             "err_clear": In(1),
             "cycle": Out(FIELDS["cycle"].width),
+            **({"slice_rows": In(range(config.rows))} if config.dual_path else {}),
         })
 
     # ---- pieces shared by every policy ----------------------------------
@@ -250,14 +280,26 @@ class Channel(wiring.Component):
 
     def _bank_rules(self, m, cmd, op, enable):
         """Open rows and bank timing for the command that may use the banks
-        (``bank_rules``): a MAC touches every bank, RD/WR their bank."""
-        B = self.config.banks
+        (``bank_rules``): a MAC touches every bank, RD/WR (ACT-AHEAD) their
+        bank. Dual-path banks are two units each, ``b`` (rows below
+        ``slice_rows``) and ``B + b`` (the rest); unsliced, only the first."""
+        cfg = self.config
+        B = cfg.banks
         bank_onehot = Signal(B)
         m.d.comb += bank_onehot.eq(Const(1, B) << cmd.bank[:max(1, (B - 1).bit_length())])
         touched = Signal(B)
         m.d.comb += touched.eq(Mux(enable & op.mac, (1 << B) - 1,
-                                   Mux(enable & op.normal, bank_onehot, 0)))
-        return bank_rules(m, B, self.config.rows, self.config.timing, cmd.row, touched, op.mac)
+                                   Mux(enable & (op.normal | op.act_ahead), bank_onehot, 0)))
+        if not cfg.dual_path:
+            return bank_rules(m, B, cfg.rows, cfg.timing, cmd.row, touched, op.mac)
+        sliced = Signal()
+        upper = Signal()  # the command's row is in the second partition
+        m.d.comb += [sliced.eq(self.slice_rows != 0),
+                     upper.eq(sliced & (cmd.row >= self.slice_rows))]
+        units = Signal(2 * B)
+        m.d.comb += units.eq(Mux(upper, Cat(Const(0, B), touched), touched))
+        return bank_rules(m, 2 * B, cfg.rows, cfg.timing, cmd.row, units, op.mac,
+                          mac_path=sliced & op.mac)
 
     def elaborate(self, platform):
         cfg = self.config
@@ -337,13 +379,16 @@ class Channel(wiring.Component):
         gap_ok = Cat(~wait[h] | (gaps[h] == 0) for h in range(2)).all()
 
         data_ok = (~op.write | self._wbeat) & (~op.read | self._credit)
-        do_pre, do_act, do_col, do_drop = (Signal(name=n) for n in
-                                           ("do_pre", "do_act", "do_col", "do_drop"))
+        do_pre, do_act, do_step, do_drop = (Signal(name=n) for n in
+                                            ("do_pre", "do_act", "do_step", "do_drop"))
         with m.If(cmd_fifo.r_rdy):
             with m.If(err != 0):
                 m.d.comb += do_drop.eq(~op.write | wdata_fifo.r_rdy)
             with m.Elif(gap_ok):
-                banks.choose(do_pre, do_act, do_col, data_ok)
+                banks.choose(do_pre, do_act, do_step, data_ok, col_free=op.act_ahead)
+        # ACT-AHEAD ends, untraced, once its row is open; the rest issue
+        do_col, do_done = Signal(name="do_col"), Signal(name="do_done")
+        m.d.comb += [do_col.eq(do_step & ~op.act_ahead), do_done.eq(do_step & op.act_ahead)]
         banks.update(do_pre, do_act, do_col)
 
         gap_after = Const(0, gaps[0].shape())
@@ -358,7 +403,7 @@ class Channel(wiring.Component):
             with m.If(do_col & op.mac):
                 m.d.sync += mac_half.eq(halves)
 
-        pop = do_col | do_drop
+        pop = do_col | do_done | do_drop
         m.d.comb += [cmd_fifo.r_en.eq(pop), wdata_fifo.r_en.eq(pop & op.write)]
         return _Issue(do_pre=do_pre, do_act=do_act, do_col=do_col, cmd=head, op=op,
                       cmd_id=self._next_id, err_record=do_drop, err_code=err,

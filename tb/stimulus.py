@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from golden import numerics as nm
-from golden.channel import Command, gemv_commands, mac, rd, rd_out, wr, wr_inp
+from golden.channel import Command, act_ahead, gemv_commands, mac, rd, rd_out, wr, wr_inp
 from golden.config import ChannelConfig
-from golden.isa import CHANNEL_OPCODES, LANES, Opcode
+from golden.isa import CHANNEL_OPCODES, LANES, XPU_OPCODES, Opcode
 
 
 def random_word(rng: np.random.Generator, special: float = 0.02) -> int:
@@ -77,7 +77,8 @@ def random_stream(config: ChannelConfig, n: int, rng: np.random.Generator,
 def _malformed(config: ChannelConfig, rng: np.random.Generator) -> Command:
     choice = int(rng.integers(6))
     if choice == 0:
-        unused = [o for o in range(32) if o not in CHANNEL_OPCODES]
+        valid = (*CHANNEL_OPCODES, *(XPU_OPCODES if config.dual_path else ()))
+        unused = [o for o in range(32) if o not in valid]
         return Command(int(rng.choice(unused)))
     if choice == 1 and config.banks < 16:
         return wr(int(rng.integers(config.banks, 16)), 0, 0)
@@ -90,6 +91,52 @@ def _malformed(config: ChannelConfig, rng: np.random.Generator) -> Command:
     if config.obuf_entries < 16:
         return rd_out(int(rng.integers(config.obuf_entries, 16)))
     return Command(0)
+
+
+def dex_stream(config: ChannelConfig, groups: int, rng: np.random.Generator, split: int,
+               macs: int = 4, reads: int = 4, ahead: float = 0.7, bad: float = 0.0,
+               rows_used: int = 3) -> tuple[list[Command], list[int]]:
+    """A mixed xPU-read / PIM-MAC stream for dual-path banks: ``groups``
+    groups of ``macs`` MACs on a KV row (rows >= ``split``, the PIM
+    partition) into one OBuf entry, each MAC followed by an xPU access to a
+    weight row (rows < ``split``: mostly RD, some WR) of a rotating bank,
+    with an ACT-AHEAD for an upcoming read's bank and row (probability
+    ``ahead``), and an RD-OUT per group. The same stream runs sliced at
+    ``split`` or unsliced; only the slicing changes its timing."""
+    if not 0 < split < config.rows:
+        raise ValueError(f"split must be in [1, {config.rows - 1}], not {split}")
+    kv_rows = rng.choice(np.arange(split, config.rows), min(rows_used, config.rows - split),
+                         replace=False)
+    w_rows = rng.choice(split, min(rows_used, split), replace=False)
+    cmds: list[Command] = []
+    wdata: list[int] = []
+    words = min(macs, config.gbuf_entries)
+    for g in range(words):
+        cmds.append(wr_inp(g))
+        wdata.append(random_word(rng))
+    bank = 0
+    for grp in range(groups):
+        kv = int(rng.choice(kv_rows))
+        out = grp % config.obuf_entries
+        for k in range(macs):
+            cmds.append(mac(kv, int(rng.integers(config.cols)), k % words, out))
+            for _ in range(reads // macs or 1):
+                row = int(rng.choice(w_rows))
+                if rng.random() < ahead:
+                    nxt = (bank + 1) % config.banks
+                    cmds.append(act_ahead(nxt, int(rng.choice(w_rows))))
+                if rng.random() < 0.15:
+                    cmds.append(wr(bank, row, int(rng.integers(config.cols))))
+                    wdata.append(random_word(rng))
+                else:
+                    cmds.append(rd(bank, row, int(rng.integers(config.cols))))
+                bank = (bank + 1) % config.banks
+            if rng.random() < bad:
+                cmds.append(_malformed(config, rng))
+                if cmds[-1].opcode in (Opcode.WR, Opcode.WR_INP):
+                    wdata.append(random_word(rng))
+        cmds.append(rd_out(out))
+    return cmds, wdata
 
 
 def gemv_problem(n_out: int, n_in: int, seed: int, config: ChannelConfig):

@@ -9,15 +9,18 @@ from golden.isa import ErrorCode, Opcode
 
 
 def drive_streams(dut, words, wdata, idle=(), stall=(), clear_at=None, max_cycles=4000,
-                  tail=60):
+                  tail=60, ports=None):
     """Offer ``words`` and ``wdata`` except in ``idle`` cycles, hold read
-    ready low in ``stall`` cycles, pulse ``err_clear`` at ``clear_at``; stop
-    ``tail`` cycles after the last trace entry once every command is in."""
+    ready low in ``stall`` cycles, pulse ``err_clear`` at ``clear_at``, hold
+    the extra input ``ports`` ({name: value}) from the start; stop ``tail``
+    cycles after the last trace entry once every command is in."""
     out = {"cmd_arr": [], "wdata_arr": [], "pops": [], "rdata": [], "trace": [], "status": None}
     idle, stall = set(idle), set(stall)
 
     async def bench(ctx):
         ci = wi = 0
+        for name, value in (ports or {}).items():
+            ctx.set(getattr(dut, name), value)
         for cycle in range(max_cycles):
             ctx.set(dut.cmd.valid, ci < len(words) and cycle not in idle)
             ctx.set(dut.cmd.payload.as_value(), words[ci] if ci < len(words) else 0)

@@ -8,6 +8,7 @@ from golden.channel import (
     ChannelModel,
     Command,
     CommandError,
+    act_ahead,
     gemv_commands,
     gemv_result,
     mac,
@@ -16,8 +17,16 @@ from golden.channel import (
     wr,
     wr_inp,
 )
-from golden.config import ChannelConfig, ConfigError, Timing, load_profile, small_config
+from golden.config import (
+    ChannelConfig,
+    ConfigError,
+    Timing,
+    load_profile,
+    slice_rows_for,
+    small_config,
+)
 from golden.isa import ErrorCode, Opcode
+from tb.stimulus import dex_stream
 
 T = Timing(t_rcd=10, t_rp=7, t_ras=20, t_ccd=2, t_wr_inp=3, t_mac=4, t_rd_out=5)
 CFG = ChannelConfig(banks=2, rows=8, cols=4, gbuf_entries=4, obuf_entries=2, timing=T)
@@ -152,3 +161,82 @@ def test_docs_worked_example():
         [wr_inp(0), mac(3, 0, 0, 0), mac(3, 1, 0, 0), rd_out(0)], wdata=[0])
     assert [(e.opcode.name, e.cycle) for e in r.trace] == [
         ("WR_INP", 1), ("ACT", 5), ("MAC", 61), ("MAC", 69), ("RD_OUT", 77)]
+
+
+# ---- dual-path banks (LibraPIM DEX, docs/dual-path.md) ---------------------------
+
+DEX_TIMING = Timing(t_rcd=5, t_rp=4, t_ras=9, t_ccd=2, t_wr_inp=2, t_mac=3, t_rd_out=2)
+DEX = ChannelConfig(banks=2, rows=8, cols=4, gbuf_entries=4, obuf_entries=2,
+                    timing=DEX_TIMING, dual_path=True)
+
+
+def _trace(cfg, cmds, wdata=()):
+    r = ChannelModel(cfg).run(cmds, list(wdata))
+    return [(t.opcode.name, t.cycle) for t in r.trace], r.cycles
+
+
+def test_dual_path_read_beside_mac_by_hand():
+    """MAC (row 5), RD (bank 0, row 1), MAC (row 5): unsliced, the RD closes
+    bank 0's MAC row and the second MAC reopens it; sliced at row 4, the
+    read's partition has its own row and the MACs keep theirs."""
+    cmds = [mac(5, 0, 0, 0), rd(0, 1, 0), mac(5, 1, 0, 0)]
+    assert _trace(DEX, cmds) == ([
+        ("ACT", 1), ("MAC", 6),  # ACT all, tRCD 5
+        ("PRE", 10), ("ACT", 14), ("RD", 19),  # tRAS from 1; tRP 4; tRCD 5
+        ("PRE", 23), ("ACT", 27), ("MAC", 32)], 33)  # tRAS from bank 0's ACT at 14
+    assert _trace(DEX.replace(slice_rows=4), cmds) == ([
+        ("ACT", 1), ("MAC", 6),
+        ("ACT", 9), ("RD", 14),  # t_mac gap 3; bank 0's weight partition
+        ("MAC", 16)], 17)  # RD gap tCCD 2; MAC path tCCD from 6 only
+
+
+def test_dual_path_same_partition_serializes():
+    """A RD into the MAC's partition conflicts exactly like an unsliced bank."""
+    cmds = [mac(5, 0, 0, 0), rd(0, 6, 0), mac(5, 1, 0, 0)]
+    assert _trace(DEX.replace(slice_rows=4), cmds) == _trace(DEX, cmds)
+
+
+def test_act_ahead_and_tfaw_by_hand():
+    """ACT-AHEAD opens a row and ends the cycle after (no column access);
+    the fifth ACT waits for tFAW after the first."""
+    cfg = DEX.replace(banks=4, slice_rows=4)
+    cmds = [act_ahead(b, 0) for b in range(4)] + [act_ahead(0, 5), rd(0, 5, 0)]
+    assert _trace(cfg, cmds) == ([("ACT", 1), ("ACT", 3), ("ACT", 5), ("ACT", 7), ("ACT", 9),
+                                  ("RD", 14)], 15)
+    assert _trace(cfg.replace(t_faw=20), cmds) == ([
+        ("ACT", 1), ("ACT", 3), ("ACT", 5), ("ACT", 7), ("ACT", 21), ("RD", 26)], 27)
+    # an open row: ACT-AHEAD ends at once and the RD needs nothing more
+    assert _trace(cfg, [act_ahead(1, 2), act_ahead(1, 2), rd(1, 2, 3)]) == (
+        [("ACT", 1), ("RD", 6)], 7)
+
+
+def test_dual_path_config_errors():
+    with pytest.raises(ConfigError, match="slice_rows=4 needs dual_path"):
+        ChannelConfig(rows=8, slice_rows=4)
+    with pytest.raises(ConfigError, match=r"slice_rows must be an integer in \[0, 7\]"):
+        DEX.replace(slice_rows=8)
+    with pytest.raises(ConfigError, match="in-order controller"):
+        DEX.replace(policy="dcs")
+    with pytest.raises(ConfigError, match="does not split 8 rows"):
+        slice_rows_for(8, 1, 2)
+    assert slice_rows_for(8, 1, 3) == 2 and slice_rows_for(16384, 3, 1) == 12288
+    with pytest.raises(ConfigError, match="timing.t_faw must be an integer in"):
+        DEX.replace(t_faw=-1)
+    assert load_profile("gddr6-aim", dual_path=True, slice_rows=8192).slice_rows == 8192
+
+
+def test_act_ahead_needs_dual_path_banks():
+    r = ChannelModel(DEX.replace(dual_path=False)).run([act_ahead(0, 1)])
+    assert [code for _, code in r.errors] == [ErrorCode.BAD_OPCODE]
+    r = ChannelModel(DEX).run([act_ahead(2, 1), act_ahead(0, 8)])
+    assert [code for _, code in r.errors] == [ErrorCode.BANK_RANGE, ErrorCode.ROW_RANGE]
+
+
+def test_dual_path_data_is_the_same_sliced_or_not():
+    """Slicing changes timing only: the read beats are identical."""
+    rng = np.random.default_rng(3)
+    cmds, wdata = dex_stream(DEX, 6, rng, split=4, bad=0.1)
+    a = ChannelModel(DEX).run(cmds, wdata)
+    b = ChannelModel(DEX.replace(slice_rows=4)).run(cmds, wdata)
+    assert a.rdata == b.rdata and a.errors == b.errors
+    assert b.cycles < a.cycles
