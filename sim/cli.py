@@ -88,6 +88,11 @@ def cmd_sim(args) -> int:
         from sim.generate import ALU_TEST_CONFIG
 
         parts.append(("alu", ALU_TEST_CONFIG, runner.list_tests(module_name=runner.ALU_TB_MODULE)))
+    if not args.no_dex:
+        from sim.generate import dex_test_config
+
+        parts.append(("dex", dex_test_config(),
+                      runner.list_tests(module_name=runner.DEX_TB_MODULE)))
     for policy, config, applicable in parts:
         tests = [t for t in (args.test or applicable) if t in applicable]
         if not tests:
@@ -318,6 +323,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip the PIM module (HUB + channels) tests")
     s.add_argument("--no-alu", action="store_true",
                    help="skip the JIT-Q ALU channel tests (tb/test_alu.py)")
+    s.add_argument("--no-dex", action="store_true",
+                   help="skip the dual-path channel tests (tb/test_dex.py)")
     s.add_argument("--stream-commands", type=int, default=int(os.environ.get(
         "STREAM_COMMANDS") or 20000), metavar="N",
                    help="commands per long_* player test (default 20000; also STREAM_COMMANDS)")

@@ -68,10 +68,11 @@ def generate(config: ChannelConfig | HubConfig | AluConfig, out_dir: Path | None
     return path
 
 
-def testbench_source(channel: Path) -> Path:
+def testbench_source(channel: Path, config: ChannelConfig | None = None) -> Path:
     """``pim_tb.v`` beside ``channel``: the template with the stream widths
-    of golden/isa.py filled in."""
-    from golden.isa import COMMAND_FIELDS, STATUS_FIELDS, TRACE_FIELDS, layout_widths
+    of golden/isa.py filled in, and the ``slice_rows`` input wired to a
+    dual-path channel."""
+    from golden.isa import COMMAND_FIELDS, FIELDS, STATUS_FIELDS, TRACE_FIELDS, layout_widths
 
     out = channel.with_name(f"{TB_TOPLEVEL}.v")
     widths = {"CMD_W": COMMAND_FIELDS, "TRACE_W": TRACE_FIELDS, "STATUS_W": STATUS_FIELDS}
@@ -79,6 +80,12 @@ def testbench_source(channel: Path) -> Path:
     for key, fields in widths.items():
         text = text.replace(f"@{key}@", str(sum(layout_widths(fields).values())))
     text = text.replace("@PLAY_ADDR_BITS@", str(PLAY_ADDR_BITS))
+    text = text.replace("@ROW_W@", str(FIELDS["row"].width))
+    extra = ""
+    if config is not None and config.dual_path:
+        bits = max(1, (config.rows - 1).bit_length())
+        extra = f",\n    .slice_rows(slice_rows[{bits - 1}:0])"
+    text = text.replace("@DUT_EXTRA@", extra)
     if re.search(r"@[A-Z_]+@", text):
         raise RuntimeError(f"{TB_TEMPLATE}: a placeholder was not filled")
     if not out.is_file() or out.read_text() != text:
@@ -113,6 +120,14 @@ def icarus_source(path: Path) -> Path:
     return out
 
 
+#: The dual-path channel the RTL tests use (tb/test_dex.py): the small
+#: channel with partitioned banks and tFAW = 64 cycles (32 ns at tCK 0.5 ns;
+#: a project assumption, no figure in REFERENCE.md). Built unsliced: the
+#: split is the channel's slice_rows input, set by each test.
+def dex_test_config() -> ChannelConfig:
+    return small_config().replace(dual_path=True, t_faw=64)
+
+
 #: The ALU channel the RTL tests use: 2 ALUs (4 banks), 48 rows, the
 #: hbm-jitq timing.
 ALU_TEST_CONFIG = AluConfig(pairs=2, rows=48, cols=32)
@@ -125,6 +140,7 @@ CONFIGS = {
     "hub": small_hub_config,  # the PIM module: HUB + 2 static channels (tb/test_hub.py)
     "hub-dcs": lambda: small_hub_config("dcs"),
     "alu": lambda: ALU_TEST_CONFIG,  # the JIT-Q ALU channel (tb/test_alu.py)
+    "dex": dex_test_config,  # dual-path banks (tb/test_dex.py)
 }
 
 

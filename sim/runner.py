@@ -38,6 +38,7 @@ from sim.tools import VERILATOR_WAIVERS, require_simulator
 TB_MODULE = "tb.test_channel"
 HUB_TB_MODULE = "tb.test_hub"
 ALU_TB_MODULE = "tb.test_alu"
+DEX_TB_MODULE = "tb.test_dex"
 #: Channel policies the PIM module (HUB + channels) is tested with.
 HUB_POLICIES = ("static", "dcs")
 
@@ -79,6 +80,8 @@ def _toplevel(config) -> tuple[str, str]:
         return HUB_TOPLEVEL, HUB_TB_MODULE
     if isinstance(config, AluConfig):
         return ALU_TOPLEVEL, ALU_TB_MODULE
+    if config.dual_path:
+        return TB_TOPLEVEL, DEX_TB_MODULE
     return TB_TOPLEVEL, TB_MODULE
 
 
@@ -93,7 +96,7 @@ def build(sim: str, config: ChannelConfig | HubConfig | None = None, waves: bool
     rtl = generate(config)
     sources = [icarus_source(rtl) if sim == "icarus" else rtl]
     if isinstance(config, ChannelConfig):
-        sources.append(testbench_source(rtl))
+        sources.append(testbench_source(rtl, config))
     runner = get_runner(sim)
     args = []
     if sim == "verilator":

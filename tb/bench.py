@@ -80,12 +80,21 @@ class ChannelTB:
                      "n_cmd", "n_wdata", "n_rdata", "n_trace", "idle_level", "stall_level",
                      "lfsr_seed", "hold_beat", "hold_until"):
             getattr(dut, name).value = 0
+        dut.slice_rows.value = self.config.slice_rows
         dut.cmd__payload.value = 0
         dut.wdata__payload.value = 0
         dut.rst.value = 1
         await ClockCycles(dut.clk, 3)
         dut.rst.value = 0
         await RisingEdge(dut.clk)
+
+    def slice(self, rows: int) -> None:
+        """Split every dual-path bank at ``rows`` (0: unsliced) for the next
+        runs: the channel's slice_rows input and the golden model's config
+        (its memories carry over). A bad split raises ConfigError."""
+        self.config = self.config.replace(slice_rows=rows)
+        self.model.config = self.config
+        self.dut.slice_rows.value = rows
 
     async def reset(self) -> None:
         """Reset the channel between streams (the clock keeps running)."""

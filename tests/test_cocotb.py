@@ -99,6 +99,21 @@ def test_alu_rtl_matches_golden(sim, test, request):
                                     f"(log: {test_dir / 'sim.log'})"
 
 
+@pytest.mark.parametrize("sim, test", [
+    pytest.param(sim, test, id=f"{sim}-dex-{test}")
+    for sim in SIMS for test in runner.list_tests(module_name=runner.DEX_TB_MODULE)])
+def test_dex_rtl_matches_golden(sim, test, request):
+    """Dual-path banks (tb/test_dex.py) under both simulators."""
+    from sim.generate import dex_test_config
+
+    need(sim)
+    results, test_dir = runner.run(sim, [test], config=dex_test_config(),
+                                   seed=seed_option(request), run_name=f"pytest-dex-{test}")
+    failed = [r for r in results if not r.passed]
+    assert results and not failed, f"{failed[0].message if failed else 'no result'} " \
+                                    f"(log: {test_dir / 'sim.log'})"
+
+
 def wave_trace(sim, test):
     """Run ``test`` on the DCS model with waveforms; return the issue trace
     read back from the VCD as (opcode, cmd_id, clock period index)."""
