@@ -350,9 +350,8 @@ class BankTimer:
     partitions each, rows below the split and the rest, every partition with
     its own open row and tRAS/tRCD/tRP: the rules above apply per partition
     (the partition of the command's row), so a RD and a MAC in different
-    partitions of one bank keep both rows open. tCCD then holds per path:
-    MAC to MAC (the PIM path) and RD/WR to RD/WR (the shared data bus);
-    unsliced, every column command is one path.
+    partitions of one bank keep both rows open. Column commands stay tCCD
+    apart on the channel (one command bus; the RDs share the data bus).
 
     tFAW (``timing.t_faw`` > 0): an ACT waits until ``t_faw`` cycles after
     the fourth ACT before it (an all-bank ACT counts once)."""
@@ -365,8 +364,7 @@ class BankTimer:
         self.open_row: list[int | None] = [None] * units
         self.t_act = [self.NEVER] * units
         self.t_pre = [self.NEVER] * units
-        self.t_col = self.NEVER  # last column command (sliced: on the RD/WR path)
-        self.t_col_mac = self.NEVER  # sliced: last MAC (the PIM path)
+        self.t_col = self.NEVER
         self.acts: list[int] = []  # ACT cycles, for tFAW
 
     def unit(self, bank: int, row: int) -> int:
@@ -401,9 +399,6 @@ class BankTimer:
         act = [b for b in touched if self.open_row[b] is None]
         return (Opcode.ACT, act) if act else None
 
-    def _mac_path(self, kind: Opcode) -> bool:
-        return bool(self.split) and kind == Opcode.MAC
-
     def earliest(self, kind: Opcode, banks: list[int]) -> int:
         """Earliest cycle the bank rules allow ``kind`` on ``banks``."""
         tm = self.tm
@@ -415,8 +410,7 @@ class BankTimer:
             return max(window, *(self.t_pre[b] + tm.t_rp for b in banks))
         if not banks:
             return 0
-        last = self.t_col_mac if self._mac_path(kind) else self.t_col
-        return max(max(self.t_act[b] + tm.t_rcd for b in banks), last + tm.t_ccd)
+        return max(max(self.t_act[b] + tm.t_rcd for b in banks), self.t_col + tm.t_ccd)
 
     def apply(self, kind: Opcode, banks: list[int], cycle: int, row: int) -> None:
         for b in banks:
@@ -428,10 +422,7 @@ class BankTimer:
             self.acts.append(cycle)
             del self.acts[:-4]
         elif kind != Opcode.PRE and banks:
-            if self._mac_path(kind):
-                self.t_col_mac = cycle
-            else:
-                self.t_col = cycle
+            self.t_col = cycle
 
 
 class Streams:

@@ -128,7 +128,7 @@ def stream_fifos(m, top, cmd_width, data_width):
     return cmd_fifo, wdata_fifo, rdata_fifo
 
 
-def bank_rules(m, B, rows, tm, row, touched, as_set, ccd_every_column=False, mac_path=None):
+def bank_rules(m, B, rows, tm, row, touched, as_set, ccd_every_column=False):
     """Open rows and bank timing (tRAS, tRCD, tRP per bank; tCCD per channel;
     tFAW when ``tm.t_faw``) for a command that touches the banks in mask
     ``touched`` at ``row``: what it needs next (PRE, ACT or the column access)
@@ -136,9 +136,7 @@ def bank_rules(m, B, rows, tm, row, touched, as_set, ccd_every_column=False, mac
     like the channel's all-bank MAC (if any touched bank is off the row,
     precharge every open touched bank); otherwise each touched bank on its
     own. tCCD separates column accesses to the banks, or with
-    ``ccd_every_column`` every column command; ``mac_path`` (a signal, for
-    sliced dual-path banks): this column access is on the MAC path, whose
-    tCCD is separate from the RD/WR path's. ``update`` applies an issue;
+    ``ccd_every_column`` every column command. ``update`` applies an issue;
     ``choose`` drives the next action. B counts row-buffer units: banks, or
     bank partitions of dual-path banks."""
     open_ = Signal(B)
@@ -147,10 +145,9 @@ def bank_rules(m, B, rows, tm, row, touched, as_set, ccd_every_column=False, mac
     rcd = [_counter(tm.t_rcd, f"rcd_cnt{b}") for b in range(B)]
     rp = [_counter(tm.t_rp, f"rp_cnt{b}") for b in range(B)]
     ccd = _counter(tm.t_ccd, "ccd_cnt")
-    ccd_mac = _counter(tm.t_ccd, "ccd_mac_cnt") if mac_path is not None else None
     t_faw = getattr(tm, "t_faw", 0)
     faw = [_counter(t_faw, f"faw_cnt{k}") for k in range(4)] if t_faw else []
-    for cnt in [*ras, *rcd, *rp, ccd, *([ccd_mac] if ccd_mac is not None else []), *faw]:
+    for cnt in [*ras, *rcd, *rp, ccd, *faw]:
         with m.If(cnt != 0):
             m.d.sync += cnt.eq(cnt - 1)
 
@@ -175,10 +172,7 @@ def bank_rules(m, B, rows, tm, row, touched, as_set, ccd_every_column=False, mac
     r.pre_ok = all_zero(ras, pre_mask)
     # tFAW: the fourth ACT back is t_faw cycles old
     r.act_ok = all_zero(rp, act_mask) & ((faw[3] == 0) if faw else 1)
-    ccd_free = ccd == 0
-    if ccd_mac is not None:
-        ccd_free = Mux(mac_path, ccd_mac == 0, ccd_free)
-    ccd_ok = ccd_free if ccd_every_column else ((touched == 0) | ccd_free)
+    ccd_ok = (ccd == 0) if ccd_every_column else ((touched == 0) | (ccd == 0))
     r.col_ok = all_zero(rcd, touched) & ccd_ok
     r.open_ = open_
 
@@ -199,13 +193,7 @@ def bank_rules(m, B, rows, tm, row, touched, as_set, ccd_every_column=False, mac
                 for k in range(1, 4):
                     m.d.sync += faw[k].eq(Mux(faw[k - 1] != 0, faw[k - 1] - 1, 0))
         with m.If(do_col & (1 if ccd_every_column else (touched != 0))):
-            if ccd_mac is None:
-                m.d.sync += ccd.eq(tm.t_ccd - 1)
-            else:
-                with m.If(mac_path):
-                    m.d.sync += ccd_mac.eq(tm.t_ccd - 1)
-                with m.Else():
-                    m.d.sync += ccd.eq(tm.t_ccd - 1)
+            m.d.sync += ccd.eq(tm.t_ccd - 1)
 
     def choose(do_pre, do_act, do_col, col_cond, col_free=None):
         """Drive the next action the command needs: PRE, ACT, or the
@@ -298,8 +286,7 @@ class Channel(wiring.Component):
                      upper.eq(sliced & (cmd.row >= self.slice_rows))]
         units = Signal(2 * B)
         m.d.comb += units.eq(Mux(upper, Cat(Const(0, B), touched), touched))
-        return bank_rules(m, 2 * B, cfg.rows, cfg.timing, cmd.row, units, op.mac,
-                          mac_path=sliced & op.mac)
+        return bank_rules(m, 2 * B, cfg.rows, cfg.timing, cmd.row, units, op.mac)
 
     def elaborate(self, platform):
         cfg = self.config
