@@ -223,8 +223,14 @@ def tcp_activation(data: dict, sw: sweep.Sweep, progress: bool | None = None) ->
             "rows": rows, "wall_s": round(time.perf_counter() - started, 2)}
 
 
+def _librapim(data: dict, sw: sweep.Sweep, progress: bool | None = None) -> dict:
+    from golden.librapim import librapim
+
+    return librapim(data, sw, progress)
+
+
 STUDIES = {"pimphony": pimphony, "pimphony-scaling": pimphony_scaling,
-           "tcp-activation": tcp_activation}
+           "tcp-activation": tcp_activation, "librapim": _librapim}
 
 
 def run(study: str, path: str | None = None, sets=(), scheduler: str = "serial",

@@ -255,3 +255,79 @@ JITQ_MODELS = {m.name: m for m in [
     JitqModel("future-10T", 200, 64 * 1024, 128, 8 * 1024, 1, 128, 8),
     JitqModel("future-100T", 500, 128 * 1024, 128, 16 * 1024, 1, 128, 32),
 ]}
+
+
+# ---- LibraPIM (REFERENCE.md) --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LibraNpu:
+    """The NPU of REFERENCE.md (LibraPIM Table 2): 8 systolic arrays of
+    64 x 64 and 8 vector units of 128 x 1. The clock is a project
+    assumption (REFERENCE.md gives none)."""
+
+    systolic_arrays: int = 8
+    array_dim: int = 64
+    vector_units: int = 8
+    vector_width: int = 128
+    clock_ghz: float = 1.0  # project assumption
+
+    @property
+    def flops(self) -> float:
+        """Peak systolic FLOP/s (a MAC is 2 FLOPs)."""
+        return self.systolic_arrays * self.array_dim ** 2 * 2 * self.clock_ghz * 1e9
+
+
+@dataclass(frozen=True)
+class LibraPim:
+    """The PIM of REFERENCE.md (LibraPIM Table 2): HBM2, 64 channels,
+    16 GB, 4 bank groups x 4 banks, 16 MAC lanes per bank; channel timing
+    from the ``hbm2-pim`` profile (tCL-tRCD-tRP 14-14-14)."""
+
+    channels: int = 64
+    capacity_gb: int = 16
+    profile: str = "hbm2-pim"
+
+
+@dataclass(frozen=True)
+class LibraModel:
+    """Decoder shapes: layers and heads from REFERENCE.md, the rest from the
+    public configurations (GPT-3 175B: d_model 12288, FFN 4 x d_model, no
+    GQA; Llama 3 70B: d_model 8192, gated FFN 28672, 8 KV heads)."""
+
+    name: str
+    layers: int
+    heads: int
+    kv_heads: int
+    d_head: int
+    d_model: int
+    d_ff: int
+    ffn_matrices: int  # 2 (GPT-3: up, down) or 3 (gated: gate, up, down)
+
+    @property
+    def group(self) -> int:
+        return self.heads // self.kv_heads
+
+    def attn_matrices(self) -> list[tuple[int, int]]:
+        d, q, kv = self.d_model, self.heads * self.d_head, self.kv_heads * self.d_head
+        return [(d, q + 2 * kv), (q, d)]
+
+    def ffn_matrices_shapes(self) -> list[tuple[int, int]]:
+        d, f = self.d_model, self.d_ff
+        return [(d, f)] * (self.ffn_matrices - 1) + [(f, d)]
+
+    def k(self, matrices) -> float:
+        """REFERENCE.md's K: FLOPs per token of ``matrices`` over d_model^2
+        (K_FFN = 16 for GPT-3)."""
+        return sum(2 * i * o for i, o in matrices) / self.d_model ** 2
+
+
+LIBRA_NPU = LibraNpu()
+LIBRA_PIM = LibraPim()
+LIBRA_MODELS = {m.name: m for m in [
+    LibraModel("GPT3-175B", 96, 96, 96, 128, 12288, 4 * 12288, 2),
+    LibraModel("Llama3-70B", 80, 64, 8, 128, 8192, 28672, 3),
+]}
+#: Batch sizes and input lengths of the study (REFERENCE.md).
+LIBRA_BATCHES = (32, 64, 128, 256, 384)
+LIBRA_INPUTS = (16, 64, 256, 1024, 4096)

@@ -19,7 +19,7 @@ from pathlib import Path
 from golden.config import ConfigError
 from golden.system import Assumptions
 
-SCENARIO_STUDIES = ("pimphony", "pimphony-scaling", "tcp-activation")
+SCENARIO_STUDIES = ("pimphony", "pimphony-scaling", "tcp-activation", "librapim")
 
 
 def defaults(study: str) -> dict:
@@ -27,7 +27,8 @@ def defaults(study: str) -> dict:
         raise ConfigError(f"no scenario defaults for study {study!r}")
     text = resources.files("golden.scenarios").joinpath(f"{study}.toml").read_text()
     data = tomllib.loads(text)
-    data["assumptions"] = asdict(Assumptions())
+    if study != "librapim":  # the PIMphony system model's assumptions
+        data["assumptions"] = asdict(Assumptions())
     return data
 
 

@@ -270,7 +270,7 @@ def cmd_jitq(args) -> int:
 
 
 def cmd_system_study(args) -> int:
-    """pimphony, pimphony-scaling, tcp-activation: scenario-driven studies."""
+    """pimphony, pimphony-scaling, tcp-activation, librapim: scenario-driven studies."""
     from golden.pimphony import run
     from sim import report
 
@@ -294,7 +294,7 @@ STUDIES = {"gemv": cmd_gemv, "dcs-utilization": cmd_dcs_utilization,
            "dpa-program-size": cmd_dpa_program_size, "dpa-capacity": cmd_dpa_capacity,
            "sherpa": cmd_sherpa, "hetero-training": cmd_hetero_training, "jitq": cmd_jitq,
            "pimphony": cmd_system_study, "pimphony-scaling": cmd_system_study,
-           "tcp-activation": cmd_system_study}
+           "tcp-activation": cmd_system_study, "librapim": cmd_system_study}
 
 
 def cmd_run(args) -> int:

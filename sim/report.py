@@ -57,7 +57,7 @@ def plot(result: dict, out_dir: str) -> list[str]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     return {"pimphony": _plot_pimphony, "pimphony-scaling": _plot_scaling,
-            "tcp-activation": _plot_tcp}[result["study"]](result, out)
+            "tcp-activation": _plot_tcp, "librapim": _plot_librapim}[result["study"]](result, out)
 
 
 def _plot_pimphony(result: dict, out: Path) -> list[str]:
@@ -165,3 +165,49 @@ def _plot_tcp(result: dict, out: Path) -> list[str]:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return [str(path)]
+
+
+def _plot_librapim(result: dict, out: Path) -> list[str]:
+    plt = _pyplot()
+    rows = result["rows"]
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    inputs = list(dict.fromkeys(r["input"] for r in rows))
+    files = []
+    for model in models:
+        fig, axes = plt.subplots(1, len(inputs), figsize=(3.2 * len(inputs), 3.4),
+                                 squeeze=False, sharey=True)
+        for ax, inp in zip(axes[0], inputs, strict=True):
+            sel = [r for r in rows if r["model"] == model and r["input"] == inp]
+            for system in sel[0]["systems"] if sel else []:
+                ax.plot([r["batch"] for r in sel],
+                        [r["systems"][system]["tokens_per_s"] for r in sel], marker="o",
+                        label=system)
+            ax.set_title(f"input {inp}", fontsize=9)
+            ax.set_xlabel("batch")
+            ax.set_xscale("log", base=2)
+        axes[0][0].set_ylabel("tokens/s")
+        axes[0][-1].legend(fontsize=6)
+        fig.suptitle(model)
+        fig.tight_layout()
+        path = out / f"librapim-{model}.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        files.append(str(path))
+    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.6), squeeze=False)
+    for ax, model in zip(axes[0], models, strict=True):
+        sel = [r for r in rows if r["model"] == model]
+        systems = list(sel[0]["systems"]) if sel else []
+        labels = [f"B{r['batch']} L{r['input']}" for r in sel]
+        for k, system in enumerate(("npu_utilization", "pim_utilization")):
+            vals = [r["systems"].get("LibraPIM", r["systems"][systems[-1]])[system] for r in sel]
+            ax.bar([i + 0.4 * k for i in range(len(sel))], vals, 0.4, label=system)
+        ax.set_xticks(range(len(sel)))
+        ax.set_xticklabels(labels, rotation=90, fontsize=5)
+        ax.set_title(f"{model}: LibraPIM utilization")
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    path = out / "librapim-utilization.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    files.append(str(path))
+    return files
