@@ -131,7 +131,21 @@ def test_cli_scaling_and_tcp_activation(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["channels"] == 8
 
 
+def test_cli_librapim_json_and_plots(tmp_path, capsys):
+    assert main(["run", "librapim", "--scheduler", "serial", "--set", "models=Llama3-70B",
+                 "--set", "batches=32,384", "--set", "inputs=1024", "--set", "steps=2",
+                 "--json", "-", "--plot", str(tmp_path)]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["batch"] for r in rows] == [32, 384]
+    decisions = rows[1]["systems"]["LibraPIM"]["decisions"]
+    assert [d["step"] for d in decisions] == [0, 1]
+    assert all(d["predicted_s"] <= d["predicted_no_offload_s"] for d in decisions)
+    assert (tmp_path / "librapim-Llama3-70B.png").is_file()
+
+
 @pytest.mark.parametrize("argv, needle", [
+    (["run", "librapim", "--set", "tp=3"], "tp=3 must divide"),
+    (["run", "librapim", "--set", "systems=TPU"], "systems: unknown name 'TPU'"),
     (["run", "pimphony", "--set", "colour=red"], "unknown key 'colour'"),
     (["run", "pimphony", "--set", "models=LLM-1B"], "models: unknown name 'LLM-1B'"),
     (["run", "pimphony-scaling", "--set", "variation=0.5"], "variation must be in"),
