@@ -52,6 +52,13 @@ def _pyplot():
     return plt
 
 
+def _save(plt, fig, path: Path) -> str:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return str(path)
+
+
 def plot(result: dict, out_dir: str) -> list[str]:
     """The study's figures as PNG files in ``out_dir``; returns their paths."""
     out = Path(out_dir)
@@ -84,11 +91,7 @@ def _plot_pimphony(result: dict, out: Path) -> list[str]:
             ax.set_title(system)
             ax.set_ylabel(label)
             ax.legend(fontsize=7)
-        fig.tight_layout()
-        path = out / f"pimphony-{name}.png"
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        files.append(str(path))
+        files.append(_save(plt, fig, out / f"pimphony-{name}.png"))
     # latency breakdown of the last step, per point
     n = max(len(rows) // max(len(systems), 1), 1)
     fig, axes = plt.subplots(len(systems), 1, figsize=(max(6.0, 0.3 * n), 4.5 * len(systems)),
@@ -106,11 +109,7 @@ def _plot_pimphony(result: dict, out: Path) -> list[str]:
         ax.set_ylabel("share of the decode step")
         ax.set_title(f"{system}: decode-step breakdown")
         ax.legend(fontsize=6)
-    fig.tight_layout()
-    path = out / "pimphony-breakdown.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    files.append(str(path))
+    files.append(_save(plt, fig, out / "pimphony-breakdown.png"))
     return files
 
 
@@ -135,11 +134,7 @@ def _plot_scaling(result: dict, out: Path) -> list[str]:
             ax.set_ylabel("decode tokens/s")
             ax.set_title(f"{result['scenario']['model']} on {system}")
             ax.legend(fontsize=7)
-        fig.tight_layout()
-        path = out / f"pimphony-scaling-{axis}.png"
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        files.append(str(path))
+        files.append(_save(plt, fig, out / f"pimphony-scaling-{axis}.png"))
     return files
 
 
@@ -160,11 +155,7 @@ def _plot_tcp(result: dict, out: Path) -> list[str]:
         ax.set_ylabel(ylabel)
         ax.legend(fontsize=7)
     axes[0].set_title(result["module"])
-    fig.tight_layout()
-    path = out / "tcp-activation.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return [str(path)]
+    return [_save(plt, fig, out / "tcp-activation.png")]
 
 
 def _plot_librapim(result: dict, out: Path) -> list[str]:
@@ -188,11 +179,7 @@ def _plot_librapim(result: dict, out: Path) -> list[str]:
         axes[0][0].set_ylabel("tokens/s")
         axes[0][-1].legend(fontsize=6)
         fig.suptitle(model)
-        fig.tight_layout()
-        path = out / f"librapim-{model}.png"
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        files.append(str(path))
+        files.append(_save(plt, fig, out / f"librapim-{model}.png"))
     fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.6), squeeze=False)
     for ax, model in zip(axes[0], models, strict=True):
         sel = [r for r in rows if r["model"] == model]
@@ -205,9 +192,5 @@ def _plot_librapim(result: dict, out: Path) -> list[str]:
         ax.set_xticklabels(labels, rotation=90, fontsize=5)
         ax.set_title(f"{model}: LibraPIM utilization")
         ax.legend(fontsize=6)
-    fig.tight_layout()
-    path = out / "librapim-utilization.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    files.append(str(path))
+    files.append(_save(plt, fig, out / "librapim-utilization.png"))
     return files
