@@ -230,8 +230,18 @@ def layer_time(device: Device, system: str, lengths: np.ndarray,
         npu_attn = device.npu_fc(len(lengths), attn)
         pim, pim_busy = device.pim_mha(lengths)
         b = len(lengths)
-        split = min(range(b + 1), key=lambda k: max(device.npu_fc(b - k, ffn),
-                                                    device.pim_fc(k, ffn)))
+        # NPU time falls and PIM time grows with the tokens moved: bisect
+        # for the first split where PIM is the slower
+        lo, hi = 0, b
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if device.pim_fc(mid, ffn) >= device.npu_fc(b - mid, ffn):
+                hi = mid
+            else:
+                lo = mid + 1
+        # the NPU side is flat while weight reads bound it: prefer fewer moved
+        split = min({0, max(lo - 1, 0), lo}, key=lambda k: (
+            max(device.npu_fc(b - k, ffn), device.pim_fc(k, ffn)), k))
         ffn_npu, ffn_pim = device.npu_fc(b - split, ffn), device.pim_fc(split, ffn)
         return {"layer_s": npu_attn + pim + max(ffn_npu, ffn_pim),
                 "npu_s": npu_attn + ffn_npu, "pim_s": pim + ffn_pim,
