@@ -405,7 +405,7 @@ class BankTimer:
         if kind == Opcode.PRE:
             return max(self.t_act[b] + tm.t_ras for b in banks)
         if kind == Opcode.ACT:
-            faw = getattr(tm, "t_faw", 0)
+            faw = tm.t_faw
             window = self.acts[-4] + faw if faw and len(self.acts) >= 4 else 0
             return max(window, *(self.t_pre[b] + tm.t_rp for b in banks))
         if not banks:

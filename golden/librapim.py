@@ -54,13 +54,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from golden.config import ConfigError, load_profile, load_profile_data
+from golden.config import ConfigError
 from golden.isa import LANES
 from golden.kernel_timing import KernelTimer, Shape
 from golden.reference import LIBRA_MODELS, LIBRA_NPU, LIBRA_PIM, LibraModel
+from golden.system import Assumptions, channel_config, t_ck_ns
 
 SYSTEMS = ("NPU+AiM", "AttAcc-like", "NeuPIMs-like", "LibraPIM")
 PLANS = ("none", "all-pim", "ffn-to-pim", "mha-to-npu")
+
+
+def check_tp(model: LibraModel, tp: int) -> None:
+    if model.kv_heads % tp or model.heads % tp:
+        raise ConfigError(f"tp={tp} must divide the {model.kv_heads} KV heads of {model.name}")
+
+
+def pim_config():
+    """The PIM channel every device uses (the calibrations are keyed by it)."""
+    return channel_config(LIBRA_PIM.profile, "static", Assumptions())
 
 
 @dataclass(frozen=True)
@@ -74,9 +85,7 @@ class Device:
     t_ck_ns: float
 
     def __post_init__(self):
-        if self.model.kv_heads % self.tp or self.model.heads % self.tp:
-            raise ConfigError(f"tp={self.tp} must divide the {self.model.kv_heads} KV heads "
-                              f"of {self.model.name}")
+        check_tp(self.model, self.tp)
 
     # -- hardware figures, from the profile ------------------------------------
     @property
@@ -322,14 +331,9 @@ def shapes(model: LibraModel) -> list[Shape]:
     return out
 
 
-def t_ck(profile: str) -> float:
-    return float(load_profile_data(profile)["t_ck_ns"])
-
-
 def _point(p: dict) -> dict:
     model = LIBRA_MODELS[p["model"]]
-    cfg = load_profile(LIBRA_PIM.profile, policy="static")
-    device = Device(model, p["tp"], KernelTimer(cfg, p["mode"], p["table"]), p["t_ck"])
+    device = Device(model, p["tp"], KernelTimer(pim_config(), p["mode"], p["table"]), p["t_ck"])
     lengths = input_lengths(p["input"], p["batch"], p["seed"], p["spread"])
     out = {"model": model.name, "batch": p["batch"], "input": p["input"], "systems": {}}
     for system in p["systems"]:
@@ -353,14 +357,12 @@ def librapim(data: dict, sw, progress: bool | None = None) -> dict:
     decision per step, over models x batch x input length."""
     from golden import scenario as sc
     from golden import sweep
-    from golden.pimphony import calibrate
-    from golden.system import Assumptions
+    from golden.pimphony import calibrate, check_mode
 
     started = time.perf_counter()
     models = [LIBRA_MODELS[n] for n in sc.choose(data, "models", LIBRA_MODELS)]
     systems = sc.choose(data, "systems", SYSTEMS)
-    if data["mode"] not in ("fast", "exact"):
-        raise ConfigError(f"mode must be fast or exact, not {data['mode']!r}")
+    check_mode(data)
     for key in ("batches", "inputs"):
         if not data[key] or min(data[key]) < 1:
             raise ConfigError(f"{key}: needs values >= 1, not {data[key]}")
@@ -369,16 +371,13 @@ def librapim(data: dict, sw, progress: bool | None = None) -> dict:
     if not 0 <= data["spread"] < 1:
         raise ConfigError(f"spread must be in [0, 1), not {data['spread']}")
     for m in models:
-        if m.kv_heads % data["tp"] or m.heads % data["tp"]:
-            raise ConfigError(f"tp={data['tp']} must divide the {m.kv_heads} KV heads of "
-                              f"{m.name}")
+        check_tp(m, data["tp"])
     all_shapes = sorted({s for m in models for s in shapes(m)}, key=Shape.key)
-    asm = Assumptions()
-    tables = calibrate(LIBRA_PIM.profile, ["static"], all_shapes, asm, data["mode"], sw,
-                       progress)
+    tables = calibrate(LIBRA_PIM.profile, ["static"], all_shapes, Assumptions(), data["mode"],
+                       sw, progress)
     points = [{"model": m.name, "batch": b, "input": i, "tp": data["tp"], "steps": data["steps"],
                "seed": data["seed"], "spread": data["spread"], "mode": data["mode"],
-               "table": tables["static"], "t_ck": t_ck(LIBRA_PIM.profile),
+               "table": tables["static"], "t_ck": t_ck_ns(LIBRA_PIM.profile),
                "systems": systems}
               for m in models for b in data["batches"] for i in data["inputs"]]
     bar = sweep.Progress(len(points), "librapim", progress)

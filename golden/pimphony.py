@@ -36,9 +36,13 @@ def _r(x: float) -> float:
     return float(f"{x:.6g}")
 
 
-def _common(data: dict) -> tuple[Assumptions, float]:
+def check_mode(data: dict) -> None:
     if data["mode"] not in MODES:
         raise ConfigError(f"mode must be one of {', '.join(MODES)}, not {data['mode']!r}")
+
+
+def _common(data: dict) -> tuple[Assumptions, float]:
+    check_mode(data)
     asm = sc.assumptions(data)
     return asm, t_ck_ns(data["profile"])
 
@@ -187,8 +191,6 @@ def tcp_activation(data: dict, sw: sweep.Sweep, progress: bool | None = None) ->
     pair's QK^T and SV against its token length, HFP vs TCP."""
     started = time.perf_counter()
     asm, t_ck = _common(data)
-    if data["policy"] not in ("static", "pingpong", "dcs"):
-        raise ConfigError(f"policy must be static, pingpong or dcs, not {data['policy']!r}")
     ch = data["channels"]
     if ch < 1 or data["group"] < 1 or not data["tokens"] or min(data["tokens"]) < 1:
         raise ConfigError("channels, group and every tokens value must be >= 1")

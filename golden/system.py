@@ -48,7 +48,7 @@ exact mode); everything else is arithmetic on them.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -274,7 +274,3 @@ def evaluate(model: Model, system: System, lengths: np.ndarray, capacity_gb: int
             "allocated_gb": adm["allocated_bytes"] / GB,
             "options": [{"tp": r["tp"], "pp": r["pp"], "tokens_per_s": r["tokens_per_s"]}
                         for r in results]}
-
-
-def assumptions_dict(asm: Assumptions) -> dict:
-    return asdict(asm)

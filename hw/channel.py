@@ -145,7 +145,7 @@ def bank_rules(m, B, rows, tm, row, touched, as_set, ccd_every_column=False):
     rcd = [_counter(tm.t_rcd, f"rcd_cnt{b}") for b in range(B)]
     rp = [_counter(tm.t_rp, f"rp_cnt{b}") for b in range(B)]
     ccd = _counter(tm.t_ccd, "ccd_cnt")
-    t_faw = getattr(tm, "t_faw", 0)
+    t_faw = tm.t_faw
     faw = [_counter(t_faw, f"faw_cnt{k}") for k in range(4)] if t_faw else []
     for cnt in [*ras, *rcd, *rp, ccd, *faw]:
         with m.If(cnt != 0):
