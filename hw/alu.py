@@ -16,8 +16,7 @@ a command drives them all (broadcast).
 """
 
 from amaranth import Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, memory, stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib import data, memory, wiring
 
 from golden.isa import (
     ALU_COMMAND_FIELDS,
@@ -39,11 +38,10 @@ from golden.isa import (
 from golden.jitq import AluConfig
 from hw.channel import (
     ID_BITS,
-    StatusLayout,
-    TraceSignature,
     bank_rules,
     select,
     stream_fifos,
+    stream_ports,
 )
 
 AluCommandLayout = data.StructLayout(layout_widths(ALU_COMMAND_FIELDS))
@@ -64,15 +62,7 @@ class AluChannel(wiring.Component):
         if not isinstance(config, AluConfig):
             raise TypeError(f"config must be an AluConfig, not {config!r}")
         self.config = config
-        super().__init__({
-            "cmd": In(stream.Signature(AluCommandLayout)),
-            "wdata": In(stream.Signature(WORD_BITS)),
-            "rdata": Out(stream.Signature(WORD_BITS)),
-            "trace": Out(TraceSignature),
-            "status": Out(StatusLayout),
-            "err_clear": In(1),
-            "cycle": Out(FIELDS["cycle"].width),
-        })
+        super().__init__(stream_ports(AluCommandLayout))
 
     def elaborate(self, platform):
         cfg, tm = self.config, self.config.timing

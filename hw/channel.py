@@ -106,6 +106,21 @@ def _counter(limit, name):
     return Signal(range(max(limit, 2)), name=name)
 
 
+def stream_ports(cmd_layout) -> dict:
+    """The stream interface a channel and the ALU channel share: commands of
+    ``cmd_layout``, write and read beats, the trace, the sticky status, its
+    clear and the cycle counter."""
+    return {
+        "cmd": In(stream.Signature(cmd_layout)),
+        "wdata": In(stream.Signature(WORD_BITS)),
+        "rdata": Out(stream.Signature(WORD_BITS)),
+        "trace": Out(TraceSignature),
+        "status": Out(StatusLayout),
+        "err_clear": In(1),
+        "cycle": Out(FIELDS["cycle"].width),
+    }
+
+
 def stream_fifos(m, top, cmd_width, data_width):
     """The command, write-data and read-data FIFOs behind ``top``'s
     ``cmd``/``wdata``/``rdata`` streams (depths from ``top.config``), and
@@ -252,13 +267,7 @@ class Channel(wiring.Component):
         #: the formal harness checks control, and this keeps its model small.
         self.datapath = datapath
         super().__init__({
-            "cmd": In(stream.Signature(CommandLayout)),
-            "wdata": In(stream.Signature(WORD_BITS)),
-            "rdata": Out(stream.Signature(WORD_BITS)),
-            "trace": Out(TraceSignature),
-            "status": Out(StatusLayout),
-            "err_clear": In(1),
-            "cycle": Out(FIELDS["cycle"].width),
+            **stream_ports(CommandLayout),
             **({"slice_rows": In(range(config.rows))} if config.dual_path else {}),
         })
 
