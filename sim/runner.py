@@ -14,7 +14,6 @@ import io
 import json
 import os
 import shutil
-import subprocess
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
@@ -69,6 +68,23 @@ def _waves_env(waves: bool):
             os.environ["WAVES"] = saved
 
 
+def _get_runner(sim: str):
+    """cocotb's runner for ``sim``. Under Icarus, waveforms are VCD (the
+    runner asks vvp for FST, which needs gtkwave's fst2vcd to read back):
+    vvp takes the last of its ``-fst`` / ``-vcd`` arguments."""
+    from cocotb_tools.runner import Icarus, get_runner
+
+    if sim != "icarus":
+        return get_runner(sim)
+
+    class IcarusVcd(Icarus):
+        def _test_command(self):
+            cmds = super()._test_command()
+            return [[*cmd, "-vcd"] if "-fst" in cmd else cmd for cmd in cmds]
+
+    return IcarusVcd()
+
+
 def build_dir(sim: str, config, waves: bool) -> Path:
     prefix = kind(config)[1]
     return BUILD / "sim" / f"{sim}-{prefix}{config_key(config)}{'-waves' if waves else ''}"
@@ -89,15 +105,13 @@ def build(sim: str, config: ChannelConfig | HubConfig | None = None, waves: bool
     """Generate Verilog and build the simulator model (skipped when current).
     A ChannelConfig builds the channel with the stimulus player (``pim_tb``);
     a HubConfig the PIM module (``pim_module``)."""
-    from cocotb_tools.runner import get_runner
-
     config = config or small_config()
     require_simulator(sim)
     rtl = generate(config)
     sources = [icarus_source(rtl) if sim == "icarus" else rtl]
     if isinstance(config, ChannelConfig):
         sources.append(testbench_source(rtl, config))
-    runner = get_runner(sim)
+    runner = _get_runner(sim)
     args = []
     if sim == "verilator":
         args = [*VERILATOR_WAIVERS, "--x-assign", "fast", "--x-initial", "fast"]
@@ -128,7 +142,7 @@ def run(sim: str, testcases: list[str] | None = None,
     toplevel, module = _toplevel(config)
     env = {"PIMORCH_CONFIG": json.dumps(dataclasses.asdict(config)),
            "PIMORCH_TEST_DIR": str(test_dir), **(extra_env or {})}
-    plusargs = [f"+dumpfile_path={test_dir / 'waves.fst'}"] if waves and sim == "icarus" else []
+    plusargs = [f"+dumpfile_path={test_dir / 'waves.vcd'}"] if waves and sim == "icarus" else []
     started = time.perf_counter()
     with _waves_env(waves):
         xml = runner.test(test_module=module, hdl_toplevel=toplevel, testcase=testcases,
@@ -176,17 +190,13 @@ def parse_results(xml: Path) -> list[TestResult]:
 
 
 def convert_waves(sim: str, test_dir: Path) -> Path | None:
-    """Leave ``waves.vcd`` in the run folder (Icarus writes FST: convert)."""
+    """Leave ``waves.vcd`` and its GTKWave view in the run folder (Icarus
+    writes it there; Verilator writes ``dump.vcd``)."""
     vcd = test_dir / "waves.vcd"
     if sim == "verilator":
         dump = test_dir / "dump.vcd"
         if dump.is_file():
             dump.replace(vcd)
-    else:
-        fst = test_dir / "waves.fst"
-        if fst.is_file() and shutil.which("fst2vcd"):
-            subprocess.run(["fst2vcd", "-f", str(fst), "-o", str(vcd)], check=True,
-                           capture_output=True)
     if vcd.is_file():
         write_gtkw(vcd)
         return vcd

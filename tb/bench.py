@@ -14,16 +14,17 @@ import copy
 import json
 import logging
 import os
-from dataclasses import dataclass, field
 
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, FallingEdge, First, RisingEdge, Timer
+from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge
 
 from golden.channel import ChannelModel, Command, RunResult
 from golden.config import ChannelConfig, Timing
-from golden.isa import STATUS_FIELDS, TRACE_FIELDS, ErrorCode, Opcode, unpack
+from golden.isa import TRACE_FIELDS, unpack
+from tb import scoreboard
+from tb.scoreboard import Observed, ScoreboardError  # noqa: F401 (the testbenches' names)
 
 CLOCK_NS = 10
 
@@ -32,23 +33,6 @@ def config_from_env() -> ChannelConfig:
     data = json.loads(os.environ["PIMORCH_CONFIG"])
     data["timing"] = Timing(**data["timing"])
     return ChannelConfig(**data)
-
-
-@dataclass
-class Observed:
-    """What the testbench saw, in DUT cycles (the DUT's ``cycle`` output)."""
-
-    cmd_arrivals: list[int] = field(default_factory=list)
-    wdata_arrivals: list[int] = field(default_factory=list)
-    rdata_pops: list[int] = field(default_factory=list)
-    rdata: list[int] = field(default_factory=list)
-    trace: list[tuple[int, int, int]] = field(default_factory=list)
-    status: tuple[int, int, int] = (0, 0, 0)
-    cycles: int = 0
-
-
-class ScoreboardError(AssertionError):
-    pass
 
 
 class ChannelTB:
@@ -77,8 +61,8 @@ class ChannelTB:
         dut = self.dut
         Clock(dut.clk, CLOCK_NS, unit="ns").start()
         for name in ("cmd__valid", "wdata__valid", "rdata__ready", "err_clear", "play", "load",
-                     "n_cmd", "n_wdata", "n_rdata", "n_trace", "idle_level", "stall_level",
-                     "lfsr_seed", "hold_beat", "hold_until"):
+                     "load_index", "n_cmd", "n_wdata", "n_rdata", "n_trace", "idle_level",
+                     "stall_level", "lfsr_seed", "hold_beat", "hold_until", "quiet_cycles"):
             getattr(dut, name).value = 0
         dut.slice_rows.value = self.config.slice_rows
         dut.cmd__payload.value = 0
@@ -166,99 +150,16 @@ class ChannelTB:
                 break
         cmd_valid.value = 0
         w_valid.value = 0
-        st = unpack(STATUS_FIELDS, dut.status.value.to_unsigned())
-        obs.status = (st["err_code"], st["err_id"], st["err_count"])
+        obs.status = scoreboard.status_tuple(dut.status.value.to_unsigned())
         obs.cycles = now
         return obs
 
-    async def play(self, commands: list[Command], wdata: list[int], *, idle: float | None = None,
-                   backpressure: float | None = None,
-                   hold: tuple[int, int] | None = None) -> Observed:
-        """Run a stream through the player (reset first); return the record.
-        ``hold = (k, cycle)`` holds write beat k back until that cycle."""
-        from sim.generate import PLAY_MAX
-
-        if len(commands) > PLAY_MAX or len(wdata) > PLAY_MAX:
-            raise ValueError(f"the player holds {PLAY_MAX} commands and beats per load; "
-                             f"split the stream ({len(commands)} commands, {len(wdata)} beats)")
-        idle = self.idle if idle is None else idle
-        backpressure = self.backpressure if backpressure is None else backpressure
-        expect = copy.deepcopy(self.model).run(commands, wdata)  # counts, not timing
-        with open("play_cmds.hex", "w") as f:
-            f.write("".join(f"{c.pack():x}\n" for c in commands))
-        with open("play_wdata.hex", "w") as f:
-            f.write("".join(f"{w:x}\n" for w in wdata))
-        dut = self.dut
-        dut.play.value = 0
-        dut.rst.value = 1
-        dut.n_cmd.value, dut.n_wdata.value = len(commands), len(wdata)
-        dut.n_rdata.value, dut.n_trace.value = len(expect.rdata), len(expect.trace)
-        dut.idle_level.value = min(65535, int(idle * 65536))
-        dut.stall_level.value = min(65535, int(backpressure * 65536))
-        dut.lfsr_seed.value = int(self.rng.integers(1, 1 << 32))
-        dut.hold_beat.value, dut.hold_until.value = hold or (0, 0)
-        dut.load.value = 1
-        await ClockCycles(dut.clk, 3)
-        dut.load.value = 0
-        dut.rst.value = 0
-        dut.play.value = 1
-        slow = 1.0 / max(0.05, (1 - idle) * (1 - backpressure))
-        limit = int(expect.cycles * slow * 2) + 2000 + (hold[1] if hold else 0)
-        done = RisingEdge(dut.done)
-        if await First(done, Timer(limit * CLOCK_NS, unit="ns")) is not done:
-            raise ScoreboardError(f"player: not done after {limit} cycles; "
-                                  f"record in {os.path.abspath('play_record.txt')}")
-        await FallingEdge(dut.clk)
-        obs = Observed()
-        with open("play_record.txt") as f:
-            for line in f:
-                kind, *rest = line.split()
-                if kind == "C":
-                    obs.cmd_arrivals.append(int(rest[0]))
-                elif kind == "W":
-                    obs.wdata_arrivals.append(int(rest[0]))
-                elif kind == "R":
-                    obs.rdata_pops.append(int(rest[0]))
-                    obs.rdata.append(int(rest[1], 16))
-                else:
-                    e = unpack(TRACE_FIELDS, int(rest[0], 16))
-                    obs.trace.append((e["cmd_id"], e["opcode"], e["cycle"]))
-        st = unpack(STATUS_FIELDS, dut.status.value.to_unsigned())
-        obs.status = (st["err_code"], st["err_id"], st["err_count"])
-        obs.cycles = dut.cycle.value.to_unsigned()
-        dut.play.value = 0
-        return obs
-
     def check(self, commands: list[Command], wdata: list[int], obs: Observed) -> RunResult:
-        """Scoreboard: golden model on the observed timing vs the DUT."""
-        self.model.obuf[:] = 0  # reset state: OBuf registers cleared, memories kept
-        ref = self.model.run(commands, wdata, obs.cmd_arrivals,
-                                            obs.wdata_arrivals, obs.rdata_pops)
-        want = [(t.cmd_id, int(t.opcode), t.cycle) for t in ref.trace]
-        for i, (g, w) in enumerate(zip(obs.trace, want, strict=False)):
-            if g != w:
-                ctx = "\n".join(f"  {j}: rtl {obs.trace[j]} golden {want[j]}"
-                                for j in range(max(0, i - 3), min(i + 3, len(want),
-                                                                  len(obs.trace))))
-                raise ScoreboardError(
-                    f"issue trace differs at entry {i} (id, opcode, cycle): rtl {g} "
-                    f"({Opcode(g[1]).name}) golden {w} ({Opcode(w[1]).name}); seed {self.seed}\n"
-                    f"{ctx}")
-        if len(obs.trace) != len(want):
-            raise ScoreboardError(f"trace length: rtl {len(obs.trace)}, golden {len(want)}")
-        for j, (g, w) in enumerate(zip(obs.rdata, ref.rdata, strict=False)):
-            if g != w:
-                raise ScoreboardError(f"read beat {j}: rtl {g:#066x} golden {w:#066x}; "
-                                      f"seed {self.seed}")
-        if len(obs.rdata) != len(ref.rdata):
-            raise ScoreboardError(f"read beats: rtl {len(obs.rdata)}, golden {len(ref.rdata)}")
-        want_status = (int(ref.status.err_code), ref.status.err_id, ref.status.err_count)
-        if obs.status != want_status:
-            raise ScoreboardError(f"status (code, id, count): rtl {obs.status} "
-                                  f"golden {want_status} ({ErrorCode(want_status[0]).name})")
+        """Scoreboard (tb/scoreboard.py): golden model on the observed timing vs the DUT."""
+        ref = scoreboard.check(self.model, commands, wdata, obs, self.seed)
         self.log.info("scoreboard: %d trace entries, %d read beats, %d cycles match golden",
-                      len(want), len(ref.rdata), obs.cycles)
-        self.write_metrics(commands=len(commands), cycles=obs.cycles, trace_entries=len(want),
+                      len(ref.trace), len(ref.rdata), obs.cycles)
+        self.write_metrics(commands=len(commands), cycles=obs.cycles, trace_entries=len(ref.trace),
                            read_beats=len(ref.rdata), seed=self.seed)
         return ref
 

@@ -1,9 +1,23 @@
+import os
+
+
 def pytest_addoption(parser):
     parser.addoption("--seed", action="store", default=None,
                      help="cocotb random seed for the RTL tests (replays a failing run)")
     parser.addoption("--stream-commands", action="store", type=int, default=None,
-                     help="commands per long_* player test and simulator (default: "
+                     help="commands per long_* player test (tests/test_fast.py; default: "
                           "20000 under Verilator, 3000 under Icarus); raise for long runs")
     parser.addoption("--full", action="store_true", default=False,
-                     help="also the long regressions make test leaves to make sim (the PIM "
-                          "module with DCS channels under Verilator); also PIMORCH_FULL=1")
+                     help="also the long runs make test leaves out (make test-full); "
+                          "also PIMORCH_FULL=1")
+
+
+def seed_option(request) -> int | None:
+    """The seed of an RTL test: pytest --seed, else SEED, else a new one."""
+    seed = request.config.getoption("--seed", default=None) or os.environ.get("SEED")
+    return int(seed) if seed else None
+
+
+def full_run(request) -> bool:
+    """pytest --full or PIMORCH_FULL=1: the long runs make test leaves out."""
+    return request.config.getoption("--full") or os.environ.get("PIMORCH_FULL") == "1"

@@ -1,7 +1,6 @@
 """The cocotb testbenches under BOTH Verilator and Icarus, one build per
 (simulator, configuration) reused by every test, one run folder per test."""
 
-import os
 
 import pytest
 from vcdvcd import VCDVCD
@@ -10,17 +9,11 @@ from golden.config import POLICIES, small_config, small_hub_config
 from golden.isa import TRACE_FIELDS, Opcode, unpack
 from sim import runner
 from sim.tools import ToolError, require_simulator
+from tests.conftest import full_run, seed_option
 
 SIMS = ["verilator", "icarus"]
-#: commands per long_* test: Icarus simulates the MAC trees about 10x slower
-STREAM_COMMANDS = {"verilator": 20000, "icarus": 3000}
 WAVE_TESTS = ("act_to_mac_waveform", "dcs_out_of_order_waveform")
 pytestmark = pytest.mark.cocotb
-
-
-def seed_option(request):
-    seed = request.config.getoption("--seed", default=None) or os.environ.get("SEED")
-    return int(seed) if seed else None
 
 
 def cases():
@@ -43,10 +36,8 @@ def need(sim):
 @pytest.mark.parametrize("sim, policy, test", list(cases()))
 def test_rtl_matches_golden(sim, policy, test, request):
     need(sim)
-    n = request.config.getoption("--stream-commands") or STREAM_COMMANDS[sim]
     results, test_dir = runner.run(sim, [test], config=small_config().replace(policy=policy),
-                                   seed=seed_option(request), run_name=f"pytest-{policy}-{test}",
-                                   extra_env={"PIMORCH_STREAM_COMMANDS": str(n)})
+                                   seed=seed_option(request), run_name=f"pytest-{policy}-{test}")
     failed = [r for r in results if not r.passed]
     assert results and not failed, f"{failed[0].message if failed else 'no result'} " \
                                     f"(log: {test_dir / 'sim.log'})"
@@ -56,10 +47,6 @@ def test_rtl_matches_golden(sim, policy, test, request):
 #: Verilator model (the longest build of the suite, about 5 minutes on two
 #: busy cores) is built by make sim, or with pytest --full / PIMORCH_FULL=1.
 HUB_FULL_ONLY = ("verilator", "dcs")
-
-
-def full_run(request) -> bool:
-    return request.config.getoption("--full") or os.environ.get("PIMORCH_FULL") == "1"
 
 
 @pytest.mark.parametrize("sim, policy, test", [

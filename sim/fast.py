@@ -1,0 +1,154 @@
+"""Standalone player runs: the channel at the simulator's own speed.
+
+The ``pim_play`` toplevel (tb/pim_tb.v.in) plays loads of commands and
+write beats from hex files into the channel and records every handshake
+and trace entry; no VPI, no cocotb, no Python in the simulation loop.
+Python writes the stimulus, runs the simulator once for all loads, and
+scores each load's record against the golden model with the same
+scoreboard as the cocotb testbench (tb/scoreboard.py).
+
+Builds: ``build/fast/<sim>-<config key>/``: under Verilator a C++ model
+built without ``--vpi`` and ``--public-flat-rw`` around tb/pim_play_main.cpp,
+under Icarus a ``vvp`` file. Runs: one folder per run, given by the caller.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from golden.channel import Command
+from golden.config import ChannelConfig
+from sim.generate import BUILD, PLAY_MAX, config_key, generate, icarus_source, testbench_source
+from sim.tools import VERILATOR_WAIVERS, ToolError, require_simulator
+from tb import scoreboard
+from tb.scoreboard import Observed, ScoreboardError
+
+MAIN_CPP = Path(__file__).resolve().parent.parent / "tb" / "pim_play_main.cpp"
+TOP = "pim_play"
+
+
+@dataclass
+class Load:
+    """One stream through the player, after a reset (memories carry over)."""
+
+    commands: list[Command]
+    wdata: list[int]
+    idle: float = 0.0
+    backpressure: float = 0.0
+    lfsr_seed: int = 1
+    hold: tuple[int, int] | None = None  # (write beat, cycle): hold the beat back until then
+
+
+@dataclass
+class BuildInfo:
+    path: Path  # the executable (Verilator) or the vvp file (Icarus)
+    built: bool  # False: an up-to-date build was reused
+    wall_s: float
+
+
+def build_dir(sim: str, config: ChannelConfig) -> Path:
+    return BUILD / "fast" / f"{sim}-{config_key(config)}"
+
+
+def build(sim: str, config: ChannelConfig, jobs: int = 2) -> BuildInfo:
+    """Build the standalone player model of ``config`` (reused when current)."""
+    require_simulator(sim)
+    started = time.perf_counter()
+    rtl = generate(config)
+    tb = testbench_source(rtl, config)
+    folder = build_dir(sim, config)
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / ("Vpim_play" if sim == "verilator" else "pim_play.vvp")
+    with open(folder.with_name(folder.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # parallel test workers share one build
+        if target.is_file():
+            return BuildInfo(target, False, time.perf_counter() - started)
+        log = folder / "build.log"
+        if sim == "verilator":
+            obj = folder / "obj"
+            cmd = [shutil.which("verilator"), "--cc", "--exe", "--build", "-j", str(jobs),
+                   "--top-module", TOP, "--x-assign", "fast", "--x-initial", "fast",
+                   "--no-timing", "--timescale", "1ns/1ps",
+                   "-MAKEFLAGS", "OPT_FAST=-O2 OPT_GLOBAL=-O2",  # -Os by default: 1.3x slower
+                   *VERILATOR_WAIVERS, "-Mdir", str(obj), "-o", "Vpim_play",
+                   str(rtl.resolve()), str(tb.resolve()), str(MAIN_CPP)]
+        else:
+            cmd = ["iverilog", "-g2012", "-s", TOP, "-o", str(target.with_suffix(".tmp")),
+                   str(icarus_source(rtl).resolve()), str(tb.resolve())]
+        with open(log, "w") as out:
+            done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT)
+        if done.returncode != 0:
+            raise ToolError(f"{sim} build of {TOP} failed; see {log}")
+        if sim == "verilator":
+            (folder / "obj" / "Vpim_play").replace(target)
+        else:
+            target.with_suffix(".tmp").replace(target)
+    return BuildInfo(target, True, time.perf_counter() - started)
+
+
+def _hex_lines(values) -> str:
+    return "".join(f"{v:x}\n" for v in values)
+
+
+def run(sim: str, config: ChannelConfig, loads: list[Load], run_dir: Path,
+        slice_rows: int = 0, keep_files: bool = True) -> list[Observed]:
+    """Play ``loads`` in order in one simulation; return each load's record.
+    Raises ScoreboardError when a load hangs (its cycle limit) or the
+    simulator stops early."""
+    from golden.channel import ChannelModel
+
+    exe = build(sim, config).path
+    run_dir = Path(run_dir)
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    checker = ChannelModel(config.replace(slice_rows=slice_rows) if slice_rows else config)
+    for k, ld in enumerate(loads):
+        if len(ld.commands) > PLAY_MAX or len(ld.wdata) > PLAY_MAX:
+            raise ValueError(f"the player holds {PLAY_MAX} commands and beats per load; "
+                             f"split the stream ({len(ld.commands)} commands, "
+                             f"{len(ld.wdata)} beats)")
+        n_rdata, n_trace = scoreboard.expected_counts(checker, ld.commands)
+        hold_beat, hold_until = ld.hold or (0, 0)
+        par = [len(ld.commands), len(ld.wdata), n_rdata, n_trace,
+               min(65535, int(ld.idle * 65536)), min(65535, int(ld.backpressure * 65536)),
+               ld.lfsr_seed & 0xFFFFFFFF, hold_beat, hold_until,
+               scoreboard.quiet_cycles(config),
+               scoreboard.cycle_limit(config, len(ld.commands), ld.idle, ld.backpressure,
+                                      hold_until)]
+        (run_dir / f"play_par_{k}.hex").write_text(_hex_lines(par))
+        (run_dir / f"play_cmds_{k}.hex").write_text(_hex_lines(c.pack() for c in ld.commands))
+        (run_dir / f"play_wdata_{k}.hex").write_text(_hex_lines(ld.wdata))
+    if sim == "verilator":
+        cmd = [str(exe.resolve())]
+    else:
+        cmd = ["vvp", "-n", str(exe.resolve())]
+    cmd += [f"+loads={len(loads)}", f"+slice_rows={slice_rows}"]
+    with open(run_dir / "sim.log", "w") as log:
+        done = subprocess.run(cmd, cwd=run_dir, stdout=log, stderr=subprocess.STDOUT)
+    summary = run_dir / "play_summary.txt"
+    lines = summary.read_text().split("\n") if summary.is_file() else []
+    out = []
+    for line in filter(None, lines):
+        kind, k, *rest = line.split()
+        if kind == "X":
+            raise ScoreboardError(f"player: load {k} not done after its cycle limit "
+                                  f"(cycle {rest[0]}); record in "
+                                  f"{run_dir / f'play_record_{k}.txt'}")
+        obs = scoreboard.read_record(run_dir / f"play_record_{k}.txt")
+        obs.status = scoreboard.status_tuple(int(rest[0], 16))
+        obs.cycles = int(rest[1])
+        out.append(obs)
+        if not keep_files:
+            for name in ("par", "cmds", "wdata"):
+                (run_dir / f"play_{name}_{k}.hex").unlink()
+            (run_dir / f"play_record_{k}.txt").unlink()
+    if len(out) != len(loads):
+        raise ScoreboardError(f"{sim} stopped after {len(out)} of {len(loads)} loads "
+                              f"(exit status {done.returncode}); see {run_dir / 'sim.log'}")
+    return out

@@ -1,0 +1,235 @@
+"""Channel tests through the standalone player (sim/fast.py): the long
+streams that need no per-cycle Python run at the simulator's own speed,
+scored by the same scoreboard as the cocotb tests (tb/scoreboard.py).
+
+Each test adds loads to a ``Player``, runs them in one simulation, and
+makes its own assertions on what came back. ``run_test`` runs one by name
+(``pimorch sim``, tests/test_fast.py, ``make regress``); every run reports
+the seed that replays it."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from golden import numerics as nm
+from golden.channel import ChannelModel, Command, RunResult, gemv_result, mac, rd_out, wr_inp
+from golden.config import ChannelConfig
+from golden.isa import Opcode
+from sim import fast
+from tb import scoreboard
+from tb.scoreboard import Observed
+from tb.stimulus import dex_stream, gemv_problem, random_stream, random_word
+
+CHUNK = 100_000  # commands per player load
+#: commands per long_* test when none are given (make sim, make test under Verilator)
+STREAM_COMMANDS = 20_000
+KERNEL_TOKENS = 256
+DEX_GROUPS = 2_000
+
+
+class Player:
+    """Loads for one simulation of the standalone player, and their check."""
+
+    def __init__(self, sim: str, config: ChannelConfig, seed: int, run_dir: Path,
+                 slice_rows: int = 0):
+        self.sim, self.config, self.seed, self.run_dir = sim, config, seed, Path(run_dir)
+        self.slice_rows = slice_rows
+        self.rng = np.random.default_rng(seed)
+        self.loads: list[fast.Load] = []
+        self.sim_wall_s = 0.0
+        self.check_wall_s = 0.0
+
+    def add(self, commands: list[Command], wdata: list[int], idle: float = 0.2,
+            backpressure: float = 0.3, hold: tuple[int, int] | None = None) -> None:
+        self.loads.append(fast.Load(commands, wdata, idle, backpressure,
+                                    int(self.rng.integers(1, 1 << 32)), hold))
+
+    def run(self) -> list[tuple[Observed, RunResult]]:
+        """Simulate every load, then score each against the golden model
+        (memories carry over between loads, as in the RTL)."""
+        start = time.perf_counter()
+        observed = fast.run(self.sim, self.config, self.loads, self.run_dir, self.slice_rows)
+        self.sim_wall_s = time.perf_counter() - start
+        cfg = self.config.replace(slice_rows=self.slice_rows) if self.slice_rows else self.config
+        model = ChannelModel(cfg)
+        out = []
+        start = time.perf_counter()
+        for ld, obs in zip(self.loads, observed, strict=True):
+            out.append((obs, scoreboard.check(model, ld.commands, ld.wdata, obs, self.seed)))
+        self.check_wall_s = time.perf_counter() - start
+        return out
+
+
+# ---- the tests ----------------------------------------------------------------
+
+
+def _long(p: Player, n: int, shape: str) -> dict:
+    done = 0
+    while done < n:
+        k = min(n - done, CHUNK)
+        cmds, wdata = random_stream(p.config, k, p.rng, bad=0.01, shape=shape)
+        p.add(cmds, wdata, idle=0.2, backpressure=0.3)
+        done += k
+    runs = p.run()
+    return {"commands": done, "cycles": sum(obs.cycles for obs, _ in runs)}
+
+
+def long_dense(p: Player, n: int) -> dict:
+    """n random commands on two GBuf and two OBuf entries (dependency chains)."""
+    return _long(p, n, "dense")
+
+
+def long_sparse(p: Player, n: int) -> dict:
+    """The same over every buffer entry (independent commands overlap)."""
+    return _long(p, n, "sparse")
+
+
+def gemv(p: Player, n: int) -> dict:
+    """y = W x, W n x 2n BF16 (default 256 x 512) written by normal WRs:
+    bit-exact with golden and within BF16 rounding of numpy float32."""
+    n_out, n_in = n, 2 * n
+    w, x, cmds, beats = gemv_problem(n_out, n_in, p.seed, p.config)
+    p.add(cmds, beats, idle=0.1, backpressure=0.1)
+    (obs, ref), = p.run()
+    y = nm.bf16_to_float(gemv_result(obs.rdata, n_out, p.config.banks))
+    wf, xf = nm.bf16_to_float(w).astype(np.float32), nm.bf16_to_float(x).astype(np.float32)
+    expect = wf @ xf
+    scale = np.abs(wf) @ np.abs(xf)
+    err = np.abs(y - expect)
+    # BF16 output rounding (2**-8 relative) plus FP32 accumulation error
+    assert np.all(err <= np.abs(expect) * 2.0**-8 + scale * 2.0**-20), float(err.max())
+    return {"commands": len(cmds), "cycles": obs.cycles, "macs": ref.mac_count,
+            "max_abs_err": float(err.max())}
+
+
+def id_wrap(p: Player, n: int) -> dict:
+    """2**16 + 64 commands wrap the 16-bit IDs; a stale S-Table ID equal to
+    a new command's ID is not taken for it; decode stops 2**15 IDs past an
+    I/O head that waits for its write beat."""
+    from golden.dcs import WINDOW
+
+    t = p.config.timing
+    wrap = (1 << 16) + 64
+    cmds1 = [wr_inp(i % 2) if i % 3 else rd_out(i % 4) for i in range(wrap)]
+    wdata1 = [i & 0xFFFF for i in range(sum(c.opcode == Opcode.WR_INP for c in cmds1))]
+    p.add(cmds1, wdata1, idle=0.1, backpressure=0.2)
+    filler = [rd_out(2 + i % 2) for i in range((1 << 16) - 1)]
+    cmds2 = [mac(0, 0, 0, 1)] + filler + [mac(1, 0, 0, 1), rd_out(1)]
+    p.add(cmds2, [], idle=0.0, backpressure=0.0)
+    late = WINDOW * t.t_ccd * 5 // 4  # after MAC WINDOW would issue, before its wait ends
+    cmds3 = [mac(0, 0, 0, 0), wr_inp(1)] + [mac(0, i % 4, 0, 0) for i in range(WINDOW + 2)]
+    p.add(cmds3, [random_word(p.rng)], idle=0.0, backpressure=0.0, hold=(0, late))
+    (o1, _), (o2, _), (o3, _) = p.run()
+    assert o1.trace[-1][0] == (wrap - 1) % (1 << 16), o1.trace[-1]
+    last_mac = [c for _, o, c in o2.trace if o == Opcode.MAC][-1]
+    assert o2.trace[-1][1] == Opcode.RD_OUT and o2.trace[-1][2] == last_mac + t.t_mac
+    first: dict[int, int] = {}
+    for i, _, c in o3.trace:
+        first.setdefault(i, c)
+    assert first[WINDOW] < late < first[1 + WINDOW], (first[WINDOW], late, first[1 + WINDOW])
+    return {"commands": len(cmds1) + len(cmds2) + len(cmds3),
+            "cycles": o1.cycles + o2.cycles + o3.cycles}
+
+
+def dcs_kernel(p: Player, n: int) -> dict:
+    """A QK^T kernel (d_head 128, GQA group 2, ``n`` tokens) without idle or
+    backpressure: the cycle count is the policy's, cycle-exact with golden."""
+    from golden.kernels import qkt
+
+    k = qkt(p.config, 128, 2, n)
+    p.add(k.commands, k.wdata, idle=0.0, backpressure=0.0)
+    (obs, ref), = p.run()
+    return {"commands": len(k.commands), "cycles": ref.cycles, "macs": ref.mac_count,
+            "kernel": k.name, "tokens": n}
+
+
+def dex_long(p: Player, n: int) -> dict:
+    """Dual-path banks split 1:1: ``n`` groups of mixed xPU-read / PIM-MAC
+    commands (ACT-AHEADs, bad commands) with idle and backpressure."""
+    done = cycles = 0
+    per_load = 4_000  # groups per load: about 40,000 commands
+    while done < n:
+        k = min(n - done, per_load)
+        cmds, wdata = dex_stream(p.config, k, p.rng, split=p.slice_rows, bad=0.05)
+        p.add(cmds, wdata, idle=0.2, backpressure=0.3)
+        done += k
+    runs = p.run()
+    cycles = sum(obs.cycles for obs, _ in runs)
+    return {"commands": sum(len(ld.commands) for ld in p.loads), "cycles": cycles, "groups": n}
+
+
+@dataclass(frozen=True)
+class PlayTest:
+    fn: object
+    policies: tuple[str, ...] = ("static", "pingpong", "dcs")
+    size: int = STREAM_COMMANDS  # commands, tokens or groups when none are given
+    dual_path: bool = False  # runs on the dual-path configuration
+
+
+TESTS = {
+    "long_dense": PlayTest(long_dense),
+    "long_sparse": PlayTest(long_sparse),
+    "gemv": PlayTest(gemv, ("static", "dcs"), 256),
+    "id_wrap": PlayTest(id_wrap, ("dcs",)),
+    "dcs_kernel": PlayTest(dcs_kernel, size=KERNEL_TOKENS),
+    "dex_long": PlayTest(dex_long, ("static",), DEX_GROUPS, dual_path=True),
+}
+#: tests whose size the caller may scale (--stream-commands and the like)
+SCALED = ("long_dense", "long_sparse")
+
+
+def list_tests(policy: str | None = None, dual_path: bool = False) -> list[str]:
+    return [name for name, t in TESTS.items() if t.dual_path == dual_path
+            and (policy is None or policy in t.policies)]
+
+
+@dataclass
+class PlayResult:
+    name: str
+    passed: bool
+    seed: int
+    wall_s: float
+    sim_wall_s: float = 0.0
+    check_wall_s: float = 0.0
+    metrics: dict = field(default_factory=dict)
+    message: str = ""
+    run_dir: Path | None = None
+
+
+def new_seed() -> int:
+    return random.SystemRandom().randrange(1, 1 << 31)
+
+
+def run_test(sim: str, config: ChannelConfig, name: str, run_dir: Path,
+             seed: int | None = None, size: int | None = None) -> PlayResult:
+    """Run one test through the player; failures come back as a result
+    with the first line of the message (the run folder keeps the record)."""
+    test = TESTS[name]
+    seed = new_seed() if seed is None else seed
+    slice_rows = 0
+    if test.dual_path:
+        from golden.config import slice_rows_for
+
+        slice_rows = slice_rows_for(config.rows, 1, 1)
+    p = Player(sim, config, seed, run_dir, slice_rows)
+    start = time.perf_counter()
+    try:
+        metrics = test.fn(p, size or test.size)
+        passed, message = True, ""
+    except AssertionError as e:  # the scoreboard's and the tests' own
+        metrics, passed = {}, False
+        message = str(e) or f"assertion failed: {traceback.format_exc().splitlines()[-2].strip()}"
+    wall = time.perf_counter() - start
+    result = PlayResult(name, passed, seed, wall, p.sim_wall_s, p.check_wall_s,
+                        {**metrics, "seed": seed}, message, Path(run_dir))
+    if os.environ.get("PIMORCH_KEEP_RECORDS", "0") in ("0", "") and passed:
+        for f in Path(run_dir).glob("play_*"):
+            f.unlink()
+    return result

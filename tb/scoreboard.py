@@ -1,0 +1,124 @@
+"""The channel scoreboard: the golden model on the observed timing against
+what the RTL did. One scoreboard for both ways the channel is simulated:
+the cocotb testbench (tb/bench.py) and the standalone player runs without
+cocotb (sim/fast.py). Also what the stimulus player needs to know up front
+(its done condition and cycle limit) and the parser of its record."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from golden.channel import ChannelModel, Command, RunResult
+from golden.config import ChannelConfig
+from golden.isa import STATUS_FIELDS, TRACE_FIELDS, ErrorCode, Opcode, unpack
+
+
+@dataclass
+class Observed:
+    """What the testbench saw, in DUT cycles (the DUT's ``cycle`` output)."""
+
+    cmd_arrivals: list[int] = field(default_factory=list)
+    wdata_arrivals: list[int] = field(default_factory=list)
+    rdata_pops: list[int] = field(default_factory=list)
+    rdata: list[int] = field(default_factory=list)
+    trace: list[tuple[int, int, int]] = field(default_factory=list)
+    status: tuple[int, int, int] = (0, 0, 0)
+    cycles: int = 0
+
+
+class ScoreboardError(AssertionError):
+    pass
+
+
+_READS = (Opcode.RD, Opcode.RD_OUT)
+
+
+def expected_counts(model: ChannelModel, commands: list[Command]) -> tuple[int, int]:
+    """(read beats, command trace entries) a stream produces, from the
+    stream alone: every command that passes the decode check issues once
+    (an ACT-AHEAD shows only as the PRE/ACT it causes) and every good read
+    returns one beat. The player's done condition; no model run needed."""
+    n_rdata = n_trace = 0
+    for cmd in commands:
+        if model.check(cmd)[0] != ErrorCode.NONE:
+            continue
+        n_rdata += cmd.opcode in _READS
+        n_trace += cmd.opcode != Opcode.ACT_AHEAD
+    return n_rdata, n_trace
+
+
+def quiet_cycles(config: ChannelConfig) -> int:
+    """Cycles without a trace entry after the last expected one before the
+    player stops: longer than any wait between two entries of the tail
+    (an ACT-AHEAD's PRE and ACT), so a stray issue is still recorded."""
+    t = config.timing
+    return t.t_ras + t.t_rp + t.t_rcd + t.t_faw + max(t.t_wr_inp, t.t_mac, t.t_rd_out) + 16
+
+
+def cycle_limit(config: ChannelConfig, n_commands: int, idle: float, backpressure: float,
+                hold_until: int = 0) -> int:
+    """A run that takes longer has hung: every command a row miss, slowed
+    by the flow control, twice over."""
+    t = config.timing
+    per_cmd = t.t_ras + t.t_rp + t.t_rcd + max(t.t_ccd, t.t_wr_inp, t.t_mac, t.t_rd_out)
+    slow = 1.0 / max(0.05, (1 - idle) * (1 - backpressure))
+    return int(2 * slow * n_commands * per_cmd) + quiet_cycles(config) + 2000 + hold_until
+
+
+def read_record(path: Path | str, obs: Observed | None = None) -> Observed:
+    """The player's record (tb/pim_tb.v.in) as an Observed (status and
+    cycles are not in it)."""
+    obs = obs or Observed()
+    with open(path) as f:
+        for line in f:
+            kind, *rest = line.split()
+            if kind == "C":
+                obs.cmd_arrivals.append(int(rest[0]))
+            elif kind == "W":
+                obs.wdata_arrivals.append(int(rest[0]))
+            elif kind == "R":
+                obs.rdata_pops.append(int(rest[0]))
+                obs.rdata.append(int(rest[1], 16))
+            elif kind == "T":
+                e = unpack(TRACE_FIELDS, int(rest[0], 16))
+                obs.trace.append((e["cmd_id"], e["opcode"], e["cycle"]))
+            else:
+                raise ScoreboardError(f"{path}: unknown record line {line.strip()!r}")
+    return obs
+
+
+def status_tuple(word: int) -> tuple[int, int, int]:
+    st = unpack(STATUS_FIELDS, word)
+    return st["err_code"], st["err_id"], st["err_count"]
+
+
+def check(model: ChannelModel, commands: list[Command], wdata: list[int], obs: Observed,
+          seed: int | None = None) -> RunResult:
+    """Run ``model`` on the observed arrival and pop cycles (from reset: the
+    OBuf registers cleared, the memories kept) and compare the issue trace
+    cycle for cycle, the read beats bit for bit and the sticky status.
+    Raises ScoreboardError naming the first difference."""
+    replay = f"; seed {seed}" if seed is not None else ""
+    model.obuf[:] = 0
+    ref = model.run(commands, wdata, obs.cmd_arrivals, obs.wdata_arrivals, obs.rdata_pops)
+    want = [(t.cmd_id, int(t.opcode), t.cycle) for t in ref.trace]
+    for i, (g, w) in enumerate(zip(obs.trace, want, strict=False)):
+        if g != w:
+            ctx = "\n".join(f"  {j}: rtl {obs.trace[j]} golden {want[j]}"
+                            for j in range(max(0, i - 3), min(i + 3, len(want), len(obs.trace))))
+            raise ScoreboardError(
+                f"issue trace differs at entry {i} (id, opcode, cycle): rtl {g} "
+                f"({Opcode(g[1]).name}) golden {w} ({Opcode(w[1]).name}){replay}\n{ctx}")
+    if len(obs.trace) != len(want):
+        raise ScoreboardError(f"trace length: rtl {len(obs.trace)}, golden {len(want)}{replay}")
+    for j, (g, w) in enumerate(zip(obs.rdata, ref.rdata, strict=False)):
+        if g != w:
+            raise ScoreboardError(f"read beat {j}: rtl {g:#066x} golden {w:#066x}{replay}")
+    if len(obs.rdata) != len(ref.rdata):
+        raise ScoreboardError(f"read beats: rtl {len(obs.rdata)}, golden {len(ref.rdata)}{replay}")
+    want_status = (int(ref.status.err_code), ref.status.err_id, ref.status.err_count)
+    if obs.status != want_status:
+        raise ScoreboardError(f"status (code, id, count): rtl {obs.status} "
+                              f"golden {want_status} ({ErrorCode(want_status[0]).name}){replay}")
+    return ref

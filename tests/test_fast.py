@@ -1,0 +1,135 @@
+"""The standalone player (sim/fast.py, tb/play_tests.py) under BOTH
+Verilator and Icarus: the long streams, the GEMV, the ID wrap, the kernel
+and the dual-path stream, scored against golden; and the player's own
+mechanics (done condition, hang detection, replay, a scoreboard that
+fails on a corrupted record)."""
+
+import numpy as np
+import pytest
+
+from golden.channel import ChannelModel
+from golden.config import POLICIES, small_config
+from sim import fast
+from sim.generate import BUILD, dex_test_config
+from tb import play_tests, scoreboard
+from tb.stimulus import dex_stream, random_stream
+from tests.conftest import full_run, seed_option
+
+SIMS = ["verilator", "icarus"]
+#: sizes under Icarus (about 2,400 cycles per second there); Verilator runs
+#: each test at its own size (tb/play_tests.py)
+ICARUS_SIZE = {"long_dense": 3000, "long_sparse": 3000, "dex_long": 200, "dcs_kernel": 64,
+               "gemv": 64}
+#: 2 x 65,600 commands: under Icarus only in make test-full
+ICARUS_FULL_ONLY = ("id_wrap",)
+pytestmark = pytest.mark.cocotb
+
+
+def cases():
+    for sim in SIMS:
+        for policy in POLICIES:
+            for test in play_tests.list_tests(policy):
+                yield pytest.param(sim, small_config().replace(policy=policy), test,
+                                   id=f"{sim}-{policy}-{test}")
+        for test in play_tests.list_tests(dual_path=True):
+            yield pytest.param(sim, dex_test_config(), test, id=f"{sim}-dex-{test}")
+
+
+@pytest.mark.parametrize("sim, config, test", list(cases()))
+def test_player_matches_golden(sim, config, test, request):
+    if sim == "icarus" and test in ICARUS_FULL_ONLY and not full_run(request):
+        pytest.skip("under Icarus in make test-full (pytest --full); Verilator runs it here")
+    size = None
+    if sim == "icarus":
+        size = ICARUS_SIZE.get(test)
+    if test in play_tests.SCALED:
+        size = request.config.getoption("--stream-commands") or size
+    name = f"{config.policy}{'-dex' if config.dual_path else ''}-{test}"
+    r = play_tests.run_test(sim, config, test, BUILD / "fast" / "runs" / sim / f"pytest-{name}",
+                            seed=seed_option(request), size=size)
+    assert r.passed, f"{r.message} (seed {r.seed}; run folder {r.run_dir})"
+    assert r.metrics["commands"] > 0 and r.metrics["cycles"] > 0
+
+
+def _small_run(sim, tmp_path, n=300, policy="dcs", seed=11):
+    cfg = small_config().replace(policy=policy)
+    rng = np.random.default_rng(seed)
+    cmds, wdata = random_stream(cfg, n, rng, bad=0.05, shape="sparse")
+    loads = [fast.Load(cmds, wdata, 0.2, 0.3, 12345)]
+    return cfg, loads, fast.run(sim, cfg, loads, tmp_path / "run")
+
+
+@pytest.mark.parametrize("sim", SIMS)
+def test_corrupted_record_fails_the_scoreboard(sim, tmp_path):
+    """The scoreboard passes the record as played, and fails it with one
+    read beat flipped, one trace entry a cycle late, or the status changed."""
+    cfg, loads, (obs,) = _small_run(sim, tmp_path)
+    ld = loads[0]
+    scoreboard.check(ChannelModel(cfg), ld.commands, ld.wdata, obs)
+    assert obs.rdata and obs.status[2] > 0  # the stream reads and has bad commands
+    bad = scoreboard.Observed(**{**obs.__dict__, "rdata": [obs.rdata[0] ^ 1, *obs.rdata[1:]]})
+    with pytest.raises(scoreboard.ScoreboardError, match="read beat 0"):
+        scoreboard.check(ChannelModel(cfg), ld.commands, ld.wdata, bad)
+    i, op, c = obs.trace[5]
+    late = scoreboard.Observed(**{**obs.__dict__,
+                                  "trace": [*obs.trace[:5], (i, op, c + 1), *obs.trace[6:]]})
+    with pytest.raises(scoreboard.ScoreboardError, match="differs at entry 5"):
+        scoreboard.check(ChannelModel(cfg), ld.commands, ld.wdata, late)
+    status = scoreboard.Observed(**{**obs.__dict__, "status": (0, 0, 0)})
+    with pytest.raises(scoreboard.ScoreboardError, match="status"):
+        scoreboard.check(ChannelModel(cfg), ld.commands, ld.wdata, status)
+
+
+def test_hung_load_is_reported(tmp_path, monkeypatch):
+    """A load whose done condition can never hold (one read beat more than
+    the stream returns) stops at its cycle limit with a message naming
+    the load and its record; the run does not hang."""
+    real = scoreboard.expected_counts
+
+    def one_more(model, commands):
+        n_rdata, n_trace = real(model, commands)
+        return n_rdata + 1, n_trace
+
+    monkeypatch.setattr(scoreboard, "expected_counts", one_more)
+    monkeypatch.setattr(scoreboard, "cycle_limit", lambda *a, **k: 5000)
+    with pytest.raises(scoreboard.ScoreboardError, match="load 0 not done"):
+        _small_run("verilator", tmp_path, n=50)
+
+
+def test_seed_replays_a_run():
+    """The seed a run reports replays it: the same stream, the same cycles."""
+    cfg = small_config().replace(policy="dcs")
+    runs = [play_tests.run_test("verilator", cfg, "long_sparse",
+                                BUILD / "fast" / "runs" / "pytest-replay" / str(i),
+                                seed=4242, size=2000) for i in range(2)]
+    other = play_tests.run_test("verilator", cfg, "long_sparse",
+                                BUILD / "fast" / "runs" / "pytest-replay" / "other",
+                                seed=4243, size=2000)
+    assert all(r.passed for r in runs + [other])
+    assert runs[0].metrics == runs[1].metrics
+    assert other.metrics["cycles"] != runs[0].metrics["cycles"]
+
+
+def test_expected_counts_match_golden():
+    """The player's done condition, known from the stream alone, equals
+    what the golden model issues and returns: random streams with bad
+    commands under every policy, and dual-path streams with ACT-AHEADs."""
+    rng = np.random.default_rng(3)
+    for policy in POLICIES:
+        cfg = small_config().replace(policy=policy)
+        cmds, wdata = random_stream(cfg, 2000, rng, bad=0.05)
+        _check_counts(cfg, cmds, wdata)
+    cfg = dex_test_config()
+    split = cfg.rows // 2
+    cmds, wdata = dex_stream(cfg, 50, rng, split=split, bad=0.1)
+    _check_counts(cfg.replace(slice_rows=split), cmds, wdata)
+
+
+def _check_counts(cfg, cmds, wdata):
+    from golden.isa import Opcode
+
+    ref = ChannelModel(cfg).run(cmds, wdata)
+    n_rdata, n_trace = scoreboard.expected_counts(ChannelModel(cfg), cmds)
+    assert n_rdata == len(ref.rdata)
+    assert n_trace == sum(e.opcode not in (Opcode.PRE, Opcode.ACT) for e in ref.trace)
+    assert n_trace < len(ref.trace)  # the stream opens rows: PRE/ACT are not counted
