@@ -1,4 +1,4 @@
-# pimorch: make sim | test | verilog | lint | waves | bench | formal | synth | clean
+# pimorch: make sim | test | test-full | regress | verilog | lint | waves | bench | formal | synth | clean
 # Every target bootstraps .venv and checks the system tools it needs.
 
 PYTHON ?= python3
@@ -9,7 +9,8 @@ SIM    ?= verilator
 WAVES  ?= 0
 export SIM WAVES
 
-.PHONY: sim test verilog lint waves bench formal synth clean tools
+COMMANDS ?= 10000000
+.PHONY: sim test test-full regress verilog lint waves bench formal synth clean tools
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "missing Python 3.11: apt-get install -y python3 python3-venv"; exit 1; }
@@ -28,8 +29,13 @@ sim: $(STAMP) tools
 	$(BIN)/pimorch sim --sim $(SIM) $(if $(filter 1 yes true,$(WAVES)),--waves,)
 
 test: $(STAMP) tools
-	@command -v fst2vcd >/dev/null 2>&1 || { echo "missing fst2vcd (Icarus waveforms): apt-get install -y gtkwave"; exit 1; }
 	$(BIN)/python -m pytest -q -n 2
+
+test-full: $(STAMP) tools
+	PIMORCH_FULL=1 $(BIN)/python -m pytest -q -n 2
+
+regress: $(STAMP) tools
+	$(BIN)/pimorch regress --commands $(COMMANDS) --json build/regress.json
 
 verilog: $(STAMP) tools
 	$(BIN)/pimorch verilog --out build/verilog-out
@@ -38,7 +44,6 @@ lint: $(STAMP) tools
 	$(BIN)/pimorch lint
 
 waves: $(STAMP) tools
-	@command -v fst2vcd >/dev/null 2>&1 || [ "$(SIM)" = verilator ] || { echo "missing fst2vcd: apt-get install -y gtkwave"; exit 1; }
 	$(BIN)/pimorch sim --sim $(SIM) --waves
 	@echo "open one with: gtkwave build/sim/runs/$(SIM)-waves/<test>/waves.vcd build/sim/runs/$(SIM)-waves/<test>/channel.gtkw"
 

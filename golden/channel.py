@@ -165,14 +165,45 @@ class ChannelModel:
     config: ChannelConfig
     strict: bool = False  # raise CommandError instead of recording the error
     gbuf: np.ndarray = field(init=False)
-    obuf: np.ndarray = field(init=False)
     rows: dict = field(init=False)  # (bank, row) -> (cols, 16) uint16
+    _obuf: np.ndarray = field(init=False, repr=False)
+    #: MACs issued but not yet accumulated: (out_idx, weights, inputs) as
+    #: read at issue. Their products and trees are computed together (one
+    #: numpy call per step for many MACs), then accumulated in issue order,
+    #: before anything reads the OBuf: the result is the same, bit for bit.
+    _pending: list = field(init=False, repr=False)
+
+    PENDING_MAX = 4096  # MACs held before they are settled anyway
 
     def __post_init__(self):
         c = self.config
         self.gbuf = np.zeros((c.gbuf_entries, LANES), np.uint16)
-        self.obuf = np.zeros((c.obuf_entries, c.banks), np.uint32)
+        self._obuf = np.zeros((c.obuf_entries, c.banks), np.uint32)
+        self._pending = []
         self.rows = {}
+
+    @property
+    def obuf(self) -> np.ndarray:
+        """The OBuf, FP32 bits (entries, banks), with every issued MAC in it."""
+        self._settle()
+        return self._obuf
+
+    @obuf.setter
+    def obuf(self, value: np.ndarray) -> None:
+        self._pending.clear()
+        self._obuf = value
+
+    def _settle(self) -> None:
+        if not self._pending:
+            return
+        outs, weights, inputs = zip(*self._pending, strict=True)
+        self._pending.clear()
+        w = np.stack(weights)  # (n, banks, 16)
+        x = np.stack(inputs)[:, None, :]  # (n, 1, 16)
+        trees = numerics.tree_sum(numerics.bf16_mul(w, np.broadcast_to(x, w.shape)))
+        acc = self._obuf
+        for out, tree in zip(outs, trees, strict=True):
+            acc[out] = numerics.f32_add(acc[out], tree)
 
     # ---- data ---------------------------------------------------------
     def _row(self, bank: int, row: int) -> np.ndarray:
@@ -220,15 +251,16 @@ class ChannelModel:
             self.gbuf[cmd.gbuf_idx] = beat
         elif op == Opcode.WR:
             self._row(cmd.bank, cmd.row)[cmd.col] = beat
-        elif op == Opcode.MAC:
+        elif op == Opcode.MAC:  # numerics.mac, settled later (_settle)
             banks = self.config.banks
             weights = np.stack([self._row(b, cmd.row)[cmd.col] for b in range(banks)])
-            self.obuf[cmd.out_idx] = numerics.mac(self.obuf[cmd.out_idx], weights,
-                                                  self.gbuf[cmd.gbuf_idx])
+            self._pending.append((cmd.out_idx, weights, self.gbuf[cmd.gbuf_idx].copy()))
+            if len(self._pending) >= self.PENDING_MAX:
+                self._settle()
         elif op == Opcode.RD_OUT:
             lanes = np.zeros(LANES, np.uint16)
             lanes[:self.config.banks] = numerics.f32_to_bf16(self.obuf[cmd.out_idx])
-            self.obuf[cmd.out_idx] = 0
+            self._obuf[cmd.out_idx] = 0
             return numerics.lanes_to_word(lanes)
         elif op == Opcode.RD:
             return numerics.lanes_to_word(self._row(cmd.bank, cmd.row)[cmd.col])

@@ -62,6 +62,7 @@ _IO = (Opcode.WR_INP, Opcode.RD_OUT, Opcode.RD, Opcode.WR)
 _FENCES = (Opcode.RD, Opcode.WR)
 STALL_LIMIT = 1 << 20  # cycles without progress before the model reports a hang
 WINDOW = CMD_ID_MOD // 2  # the oldest queued command is fewer IDs back than this
+NEVER = 1 << 62  # a wait with no cycle of its own: it ends with another command's progress
 
 
 @dataclass
@@ -121,25 +122,41 @@ def run_dynamic(model, streams: Streams):
     fifo_visible = 0  # the next FIFO entry is visible from this cycle (after a pop)
     c, last_progress = 0, 0
 
+    # A cycle in which nothing issues and nothing is decoded changes no
+    # state, so the next cycles are the same until a waited-for cycle comes:
+    # ``wake`` collects, over everything that failed this cycle, the cycle
+    # its first failing condition clears (NEVER: it waits for another
+    # command's progress). The loop then jumps there; the trace is the same
+    # as stepping every cycle, only faster.
+    wake = NEVER
+
+    def later(t: int) -> bool:
+        """``t > now`` for a waited-for cycle ``t``; notes it for ``wake``."""
+        nonlocal wake
+        if t > c:
+            wake = min(wake, t)
+            return True
+        return False
+
     def deps_met(e: Entry, now: int) -> bool:
         if e.did_gbuf is not None:
             s = s_gbuf[e.cmd.gbuf_idx]
-            if s.cmd_id != e.did_gbuf or now < s.complete:
+            if s.cmd_id != e.did_gbuf or later(s.complete):
                 return False
         if e.did_obuf is not None:
             s = s_obuf[e.cmd.out_idx]
             done = s.mac_ok if (s.is_mac and e.op == Opcode.MAC) else s.complete
-            if s.cmd_id != e.did_obuf or now < done:
+            if s.cmd_id != e.did_obuf or later(done):
                 return False
         return True
 
     def try_issue(q: deque[Entry], now: int) -> bool:
         nonlocal fence
-        if not q or q[0].ready > now:
+        if not q or later(q[0].ready):
             return False
         e = q[0]
         if e.op is None:  # discard: consume the rejected write's beat
-            if streams.wdata_ready() > now:
+            if later(streams.wdata_ready()):
                 return False
             streams.take_wdata()
             q.popleft()
@@ -147,17 +164,17 @@ def run_dynamic(model, streams: Streams):
         action = banks.next_action(e.op, e.cmd)
         if action is not None:
             kind, targets = action
-            if banks.earliest(kind, targets) > now:
+            if later(banks.earliest(kind, targets)):
                 return False
             banks.apply(kind, targets, now, e.cmd.row)
             streams.trace.append(TraceEntry(e.cmd_id, kind, now))
             return True
         targets = banks.touched(e.op, e.cmd)
-        if banks.earliest(e.op, targets) > now or not deps_met(e, now):
+        if later(banks.earliest(e.op, targets)) or not deps_met(e, now):
             return False
-        if e.op in (Opcode.WR_INP, Opcode.WR) and streams.wdata_ready() > now:
+        if e.op in (Opcode.WR_INP, Opcode.WR) and later(streams.wdata_ready()):
             return False
-        if e.op in (Opcode.RD_OUT, Opcode.RD) and streams.read_credit_ready() > now:
+        if e.op in (Opcode.RD_OUT, Opcode.RD) and later(streams.read_credit_ready()):
             return False
         beat = streams.take_wdata()[1] if e.op in (Opcode.WR_INP, Opcode.WR) else None
         banks.apply(e.op, targets, now, e.cmd.row)
@@ -189,10 +206,11 @@ def run_dynamic(model, streams: Streams):
     while i < n or compute_q or io_q:
         occupancy = (len(compute_q), len(io_q))  # before this cycle's issue
         oldest = min((q[0].seq for q in (compute_q, io_q) if q), default=i)
+        wake = NEVER
         progressed = try_issue(compute_q, c) or try_issue(io_q, c)
 
-        if (i < n and streams.cmd_arrivals[i] + 1 <= c and fifo_visible <= c and not fence
-                and i - oldest < WINDOW):
+        if (i < n and not later(streams.cmd_arrivals[i] + 1) and not later(fifo_visible)
+                and not fence and i - oldest < WINDOW):
             cmd = cmds[i]
             cmd_id = i % CMD_ID_MOD
             code, message = model.check(cmd)
@@ -227,9 +245,12 @@ def run_dynamic(model, streams: Streams):
                 progressed = True
         if progressed:
             last_progress = c
-        elif c - last_progress > STALL_LIMIT:
-            raise RuntimeError(f"DCS model made no progress for {STALL_LIMIT} cycles at "
-                               f"cycle {c}: compute head {compute_q[0] if compute_q else None}, "
+            c += 1
+            continue
+        if wake - last_progress > STALL_LIMIT:
+            raise RuntimeError(f"DCS model made no progress for {STALL_LIMIT} cycles after "
+                               f"cycle {last_progress}: compute head "
+                               f"{compute_q[0] if compute_q else None}, "
                                f"I/O head {io_q[0] if io_q else None}")
-        c += 1
+        c = wake
     return streams.result(c)

@@ -73,43 +73,55 @@ def _emit(data: dict, json_path: str | None) -> None:
 def cmd_sim(args) -> int:
     from golden.config import POLICIES, small_config, small_hub_config
     from sim import runner
+    from tb import play_tests
 
     waves = args.waves or runner.waves_enabled()
     policies = args.policy or list(POLICIES)
-    env = {"PIMORCH_STREAM_COMMANDS": str(args.stream_commands), "PIMORCH_HUB_LAG": "1"}
+    env = {"PIMORCH_HUB_LAG": "1"}
     rows, started = [], time.perf_counter()
-    parts = [(policy, small_config().replace(policy=policy), runner.list_tests(policy))
-             for policy in policies]
+    # (label, configuration, cocotb tests, player tests)
+    parts = [(policy, small_config().replace(policy=policy), runner.list_tests(policy),
+              play_tests.list_tests(policy)) for policy in policies]
     if not args.no_hub:
         hub_tests = runner.list_tests(module_name=runner.HUB_TB_MODULE)
-        parts += [(f"hub-{policy}", small_hub_config(policy), hub_tests)
+        parts += [(f"hub-{policy}", small_hub_config(policy), hub_tests, [])
                   for policy in policies if policy in runner.HUB_POLICIES]
     if not args.no_alu:
         from sim.generate import ALU_TEST_CONFIG
 
-        parts.append(("alu", ALU_TEST_CONFIG, runner.list_tests(module_name=runner.ALU_TB_MODULE)))
+        parts.append(("alu", ALU_TEST_CONFIG,
+                      runner.list_tests(module_name=runner.ALU_TB_MODULE), []))
     if not args.no_dex:
         from sim.generate import dex_test_config
 
         parts.append(("dex", dex_test_config(),
-                      runner.list_tests(module_name=runner.DEX_TB_MODULE)))
-    for policy, config, applicable in parts:
+                      runner.list_tests(module_name=runner.DEX_TB_MODULE),
+                      play_tests.list_tests(dual_path=True)))
+    known = {t for part in parts for t in part[2] + part[3]}
+    unknown = [t for t in args.test or [] if t not in known]
+    if unknown:
+        raise ConfigError(f"--test: unknown test(s) {', '.join(unknown)} "
+                          f"(known: {', '.join(sorted(known))})")
+    for label, config, applicable, player in parts:
         tests = [t for t in (args.test or applicable) if t in applicable]
-        if not tests:
+        played = [] if args.no_player or waves else \
+            [t for t in (args.test or player) if t in player]
+        if not tests and not played:
             continue
-        print(f"pimorch sim: {policy}: {len(tests)} test(s) under {args.sim}"
-              f"{' with waveforms' if waves else ''}; building the model if needed ...",
-              flush=True)
-        runner.build(args.sim, config, waves=waves)
+        print(f"pimorch sim: {label}: {len(tests)} cocotb test(s) and {len(played)} player "
+              f"test(s) under {args.sim}{' with waveforms' if waves else ''}; "
+              f"building the models if needed ...", flush=True)
+        if tests:
+            runner.build(args.sim, config, waves=waves)
         for name in tests:
             results, test_dir = runner.run(args.sim, [name], config=config, waves=waves,
-                                           seed=args.seed, run_name=f"{policy}-{name}",
+                                           seed=args.seed, run_name=f"{label}-{name}",
                                            extra_env=env)
             for r in results:
                 metrics = test_dir / "metrics.json"
                 m = json.loads(metrics.read_text()) if metrics.is_file() else {}
                 wave = test_dir / "waves.vcd"
-                rows.append(r)
+                rows.append(r.passed)
                 status = "PASS" if r.passed else "FAIL"
                 print(f"  {status}  {r.name:28} {m.get('commands', 0):>7} cmds "
                       f"{m.get('cycles', 0):>9} cycles {r.wall_s:8.2f} s"
@@ -117,11 +129,44 @@ def cmd_sim(args) -> int:
                 if not r.passed:
                     print(f"        {r.message.splitlines()[0] if r.message else ''}")
                     print(f"        log: {test_dir / 'sim.log'}")
-    passed = sum(r.passed for r in rows)
+        for name in played:
+            size = args.stream_commands if name in play_tests.SCALED else None
+            run_dir = runner.BUILD / "fast" / "runs" / args.sim / f"{label}-{name}"
+            r = play_tests.run_test(args.sim, config, name, run_dir, seed=args.seed, size=size)
+            rows.append(r.passed)
+            m = r.metrics
+            print(f"  {'PASS' if r.passed else 'FAIL'}  {name + ' (player)':28} "
+                  f"{m.get('commands', 0):>7} cmds {m.get('cycles', 0):>9} cycles "
+                  f"{r.wall_s:8.2f} s  (simulator {r.sim_wall_s:.2f} s)  seed {r.seed}",
+                  flush=True)
+            if not r.passed:
+                print(f"        {r.message.splitlines()[0] if r.message else ''}")
+                print(f"        replay: pimorch sim --sim {args.sim} --policy "
+                      f"{config.policy} --test {name} --seed {r.seed}"
+                      + (f" --stream-commands {size}" if size else ""))
+                print(f"        run folder: {run_dir}")
+    passed = sum(rows)
     failed = len(rows) - passed
     print(f"{args.sim}: {passed} passed, {failed} failed "
-          f"in {time.perf_counter() - started:.1f} s (build folder build/sim/)")
+          f"in {time.perf_counter() - started:.1f} s (build folders build/sim/, build/fast/)")
     return 0 if rows and not failed else 1
+
+
+def cmd_regress(args) -> int:
+    from sim.regress import regress
+
+    only = None if args.segment is None else [args.segment]
+    summary = regress(args.commands, policy=args.policy, shape=args.shape, sim=args.sim,
+                      seed=args.seed, jobs=args.jobs, segment_size=args.segment_size,
+                      only=only)
+    s = summary
+    print(f"{args.sim}: {s['segments'] - s['failed']} passed, {s['failed']} failed: "
+          f"{s['commands']} commands, {s['cycles']} cycles in {s['wall_s']} s "
+          f"(simulator {s['simulator_s']} s at {s['simulator_cycles_per_s']} cycles/s, "
+          f"golden {s['golden_s']} s, summed over {s['jobs']} worker(s)); seed {s['seed']}")
+    if args.json:
+        _emit(summary, args.json)
+    return 0 if not s["failed"] else 1
 
 
 def cmd_verilog(args) -> int:
@@ -310,7 +355,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "bit/cycle-exact golden model.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    s = sub.add_parser("sim", help="run the cocotb testbenches on the generated Verilog")
+    s = sub.add_parser("sim", help="run the cocotb testbenches and the standalone player "
+                                   "tests on the generated Verilog")
     s.add_argument("--sim", choices=SIMULATORS, default=os.environ.get("SIM", "verilator"))
     s.add_argument("--test", action="append", help="run only this test (repeatable)")
     s.add_argument("--seed", type=int, default=int(os.environ["SEED"]) if os.environ.get(
@@ -325,10 +371,28 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip the JIT-Q ALU channel tests (tb/test_alu.py)")
     s.add_argument("--no-dex", action="store_true",
                    help="skip the dual-path channel tests (tb/test_dex.py)")
+    s.add_argument("--no-player", action="store_true",
+                   help="skip the standalone player tests (tb/play_tests.py); --waves "
+                        "skips them too (they write no waveform)")
     s.add_argument("--stream-commands", type=int, default=int(os.environ.get(
         "STREAM_COMMANDS") or 20000), metavar="N",
                    help="commands per long_* player test (default 20000; also STREAM_COMMANDS)")
     s.set_defaults(func=cmd_sim)
+
+    s = sub.add_parser("regress", help="a long random regression through the standalone "
+                                       "player, segments on parallel workers (make regress)")
+    s.add_argument("--commands", type=int, default=10_000_000)
+    s.add_argument("--policy", choices=POLICIES, default="dcs")
+    s.add_argument("--shape", choices=("dense", "sparse", "mixed"), default="sparse")
+    s.add_argument("--sim", choices=SIMULATORS, default=os.environ.get("SIM", "verilator"))
+    s.add_argument("--seed", type=int, default=None, help="the run's seed (printed; replays it)")
+    s.add_argument("--segment", type=int, default=None,
+                   help="replay only this segment of the seeded run")
+    s.add_argument("--segment-size", type=int, default=250_000, metavar="N",
+                   help="commands per segment (one simulation and scoreboard each)")
+    s.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    s.add_argument("--json", metavar="FILE", help="write the summary as JSON ('-': stdout)")
+    s.set_defaults(func=cmd_regress)
 
     s = sub.add_parser("verilog", help="write the generated Verilog")
     s.add_argument("--config", action="append", choices=CONFIG_NAMES)

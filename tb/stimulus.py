@@ -9,14 +9,23 @@ from golden.channel import Command, act_ahead, gemv_commands, mac, rd, rd_out, w
 from golden.config import ChannelConfig
 from golden.isa import CHANNEL_OPCODES, LANES, XPU_OPCODES, Opcode
 
+_SPECIALS = np.array([0x0000, 0x8000, 0x0001, 0x7F80, 0xFF80, 0x7FC0, 0x7F7F, 0x0080], np.uint16)
+
+
+def random_words(rng: np.random.Generator, n: int, special: float = 0.02) -> list[int]:
+    """n random 256-bit words of 16 BF16 lanes: mostly normal values over a
+    few binades; sometimes zeros, subnormals, inf, NaN, huge."""
+    scale = 2.0 ** rng.integers(-4, 5, (n, 1))
+    lanes = nm.float_to_bf16(rng.standard_normal((n, LANES)) * scale)
+    pick = rng.random((n, LANES)) < special
+    lanes[pick] = rng.choice(_SPECIALS, int(pick.sum()))
+    raw = lanes.astype("<u2").tobytes()
+    step = 2 * LANES
+    return [int.from_bytes(raw[k:k + step], "little") for k in range(0, len(raw), step)]
+
 
 def random_word(rng: np.random.Generator, special: float = 0.02) -> int:
-    """Mostly normal BF16 values; sometimes zeros, subnormals, inf, NaN, huge."""
-    lanes = nm.float_to_bf16(rng.standard_normal(LANES) * 2.0 ** rng.integers(-4, 5))
-    pick = rng.random(LANES) < special
-    lanes[pick] = rng.choice([0x0000, 0x8000, 0x0001, 0x7F80, 0xFF80, 0x7FC0, 0x7F7F, 0x0080],
-                             pick.sum())
-    return nm.lanes_to_word(lanes)
+    return random_words(rng, 1, special)[0]
 
 
 #: (gbuf entries, obuf entries) a stream draws from, its share of RD/WR, and
@@ -34,44 +43,46 @@ def random_stream(config: ChannelConfig, n: int, rng: np.random.Generator,
     """n commands: a mix of every kind with row locality (a few rows so both
     row hits and misses occur) and a small share of malformed commands.
     ``shape`` (STREAM_SHAPES) sets how many buffer entries are used and how
-    common the normal accesses are."""
-    kinds = [Opcode.WR_INP, Opcode.MAC, Opcode.RD_OUT, Opcode.RD, Opcode.WR]
+    common the normal accesses are. The draws are made as arrays (a
+    10-million-command regression generates its stimulus in seconds)."""
     g_used, o_used, normal, stay = STREAM_SHAPES[shape]
     g_used = min(g_used or config.gbuf_entries, config.gbuf_entries)
     o_used = min(o_used or config.obuf_entries, config.obuf_entries)
     weights = np.array([0.15, 0.45, 0.1, 0.0, 0.0]) * (1 - normal) / 0.7
     weights[3:] = normal / 3, normal * 2 / 3
     rows = rng.choice(config.rows, min(rows_used, config.rows), replace=False)
+    is_bad = (rng.random(n) < bad).tolist()
+    ops = rng.choice(len(_KINDS), n, p=weights).tolist()
+    keep_row = (rng.random(n) < stay).tolist() if stay else [False] * n
+    new_rows = rng.choice(rows, n).tolist()
+    cols = rng.integers(config.cols, size=n).tolist()
+    banks = rng.integers(config.banks, size=n).tolist()
+    gs = rng.integers(g_used, size=n).tolist()
+    outs = rng.integers(o_used, size=n).tolist()
     cmds: list[Command] = []
-    wdata: list[int] = []
     row = int(rows[0])
-    for _ in range(n):
-        if rng.random() < bad:
+    for k in range(n):
+        if is_bad[k]:
             cmds.append(_malformed(config, rng))
-            if cmds[-1].opcode in (Opcode.WR, Opcode.WR_INP):
-                wdata.append(random_word(rng))
             continue
-        op = kinds[rng.choice(len(kinds), p=weights)]
-        if not (stay and rng.random() < stay and cmds):
-            row = int(rng.choice(rows))
-        col = int(rng.integers(config.cols))
-        bank = int(rng.integers(config.banks))
-        g = int(rng.integers(g_used))
-        out = int(rng.integers(o_used))
+        op = _KINDS[ops[k]]
+        if not (keep_row[k] and cmds):
+            row = new_rows[k]
         if op == Opcode.WR_INP:
-            cmd = wr_inp(g)
+            cmds.append(wr_inp(gs[k]))
         elif op == Opcode.MAC:
-            cmd = mac(row, col, g, out)
+            cmds.append(mac(row, cols[k], gs[k], outs[k]))
         elif op == Opcode.RD_OUT:
-            cmd = rd_out(out)
+            cmds.append(rd_out(outs[k]))
         elif op == Opcode.RD:
-            cmd = rd(bank, row, col)
+            cmds.append(rd(banks[k], row, cols[k]))
         else:
-            cmd = wr(bank, row, col)
-        cmds.append(cmd)
-        if op in (Opcode.WR, Opcode.WR_INP):
-            wdata.append(random_word(rng))
-    return cmds, wdata
+            cmds.append(wr(banks[k], row, cols[k]))
+    n_writes = sum(c.opcode in (Opcode.WR, Opcode.WR_INP) for c in cmds)
+    return cmds, random_words(rng, n_writes)
+
+
+_KINDS = (Opcode.WR_INP, Opcode.MAC, Opcode.RD_OUT, Opcode.RD, Opcode.WR)
 
 
 def _malformed(config: ChannelConfig, rng: np.random.Generator) -> Command:
