@@ -167,43 +167,48 @@ class ChannelModel:
     gbuf: np.ndarray = field(init=False)
     rows: dict = field(init=False)  # (bank, row) -> (cols, 16) uint16
     _obuf: np.ndarray = field(init=False, repr=False)
-    #: MACs issued but not yet accumulated: (out_idx, weights, inputs) as
-    #: read at issue. Their products and trees are computed together (one
-    #: numpy call per step for many MACs), then accumulated in issue order,
-    #: before anything reads the OBuf: the result is the same, bit for bit.
+    #: Per OBuf entry, the MACs issued into it but not yet accumulated:
+    #: (weights, inputs) as read at issue. Their products and trees are
+    #: computed together (one numpy call per step for many MACs), then
+    #: accumulated in issue order, before anything reads the entry: the
+    #: result is the same, bit for bit, as one numerics.mac per issue.
     _pending: list = field(init=False, repr=False)
 
-    PENDING_MAX = 4096  # MACs held before they are settled anyway
+    PENDING_MAX = 4096  # MACs an entry holds before they are settled anyway
 
     def __post_init__(self):
         c = self.config
         self.gbuf = np.zeros((c.gbuf_entries, LANES), np.uint16)
         self._obuf = np.zeros((c.obuf_entries, c.banks), np.uint32)
-        self._pending = []
+        self._pending = [[] for _ in range(c.obuf_entries)]
         self.rows = {}
 
     @property
     def obuf(self) -> np.ndarray:
         """The OBuf, FP32 bits (entries, banks), with every issued MAC in it."""
-        self._settle()
+        for out in range(len(self._pending)):
+            self._settle(out)
         return self._obuf
 
     @obuf.setter
     def obuf(self, value: np.ndarray) -> None:
-        self._pending.clear()
+        for p in self._pending:
+            p.clear()
         self._obuf = value
 
-    def _settle(self) -> None:
-        if not self._pending:
+    def _settle(self, out: int) -> None:
+        pending = self._pending[out]
+        if not pending:
             return
-        outs, weights, inputs = zip(*self._pending, strict=True)
-        self._pending.clear()
+        weights, inputs = zip(*pending, strict=True)
+        pending.clear()
         w = np.stack(weights)  # (n, banks, 16)
         x = np.stack(inputs)[:, None, :]  # (n, 1, 16)
         trees = numerics.tree_sum(numerics.bf16_mul(w, np.broadcast_to(x, w.shape)))
-        acc = self._obuf
-        for out, tree in zip(outs, trees, strict=True):
-            acc[out] = numerics.f32_add(acc[out], tree)
+        acc = numerics.f32_add(self._obuf[out], trees[0])  # the entry may hold any bits
+        for tree in trees[1:]:
+            acc = numerics.f32_add_canonical(acc, tree)
+        self._obuf[out] = acc
 
     # ---- data ---------------------------------------------------------
     def _row(self, bank: int, row: int) -> np.ndarray:
@@ -254,12 +259,14 @@ class ChannelModel:
         elif op == Opcode.MAC:  # numerics.mac, settled later (_settle)
             banks = self.config.banks
             weights = np.stack([self._row(b, cmd.row)[cmd.col] for b in range(banks)])
-            self._pending.append((cmd.out_idx, weights, self.gbuf[cmd.gbuf_idx].copy()))
-            if len(self._pending) >= self.PENDING_MAX:
-                self._settle()
+            pending = self._pending[cmd.out_idx]
+            pending.append((weights, self.gbuf[cmd.gbuf_idx].copy()))
+            if len(pending) >= self.PENDING_MAX:
+                self._settle(cmd.out_idx)
         elif op == Opcode.RD_OUT:
             lanes = np.zeros(LANES, np.uint16)
-            lanes[:self.config.banks] = numerics.f32_to_bf16(self.obuf[cmd.out_idx])
+            self._settle(cmd.out_idx)
+            lanes[:self.config.banks] = numerics.f32_to_bf16(self._obuf[cmd.out_idx])
             self._obuf[cmd.out_idx] = 0
             return numerics.lanes_to_word(lanes)
         elif op == Opcode.RD:

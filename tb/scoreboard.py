@@ -11,7 +11,7 @@ from pathlib import Path
 
 from golden.channel import ChannelModel, Command, RunResult
 from golden.config import ChannelConfig
-from golden.isa import STATUS_FIELDS, TRACE_FIELDS, ErrorCode, Opcode, unpack
+from golden.isa import STATUS_FIELDS, TRACE_FIELDS, ErrorCode, Opcode, layout_widths, unpack
 
 
 @dataclass
@@ -66,23 +66,36 @@ def cycle_limit(config: ChannelConfig, n_commands: int, idle: float, backpressur
     return int(2 * slow * n_commands * per_cmd) + quiet_cycles(config) + 2000 + hold_until
 
 
+def _trace_decoder():
+    """(shift, mask) of cmd_id, opcode and cycle in a trace payload."""
+    layout, shift = {}, 0
+    for name, width in layout_widths(TRACE_FIELDS).items():
+        layout[name] = (shift, (1 << width) - 1)
+        shift += width
+    return tuple(layout[n] for n in ("cmd_id", "opcode", "cycle"))
+
+
 def read_record(path: Path | str, obs: Observed | None = None) -> Observed:
     """The player's record (tb/pim_tb.v.in) as an Observed (status and
     cycles are not in it)."""
     obs = obs or Observed()
+    (s_id, m_id), (s_op, m_op), (s_cy, m_cy) = _trace_decoder()
+    trace, cmds, beats = obs.trace, obs.cmd_arrivals, obs.wdata_arrivals
     with open(path) as f:
         for line in f:
-            kind, *rest = line.split()
-            if kind == "C":
-                obs.cmd_arrivals.append(int(rest[0]))
+            kind = line[0]
+            if kind == "T":
+                word = int(line[2:], 16)
+                trace.append(((word >> s_id) & m_id, (word >> s_op) & m_op,
+                              (word >> s_cy) & m_cy))
+            elif kind == "C":
+                cmds.append(int(line[2:]))
             elif kind == "W":
-                obs.wdata_arrivals.append(int(rest[0]))
+                beats.append(int(line[2:]))
             elif kind == "R":
-                obs.rdata_pops.append(int(rest[0]))
-                obs.rdata.append(int(rest[1], 16))
-            elif kind == "T":
-                e = unpack(TRACE_FIELDS, int(rest[0], 16))
-                obs.trace.append((e["cmd_id"], e["opcode"], e["cycle"]))
+                cycle, word = line[2:].split()
+                obs.rdata_pops.append(int(cycle))
+                obs.rdata.append(int(word, 16))
             else:
                 raise ScoreboardError(f"{path}: unknown record line {line.strip()!r}")
     return obs

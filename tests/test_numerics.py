@@ -116,3 +116,22 @@ def test_mac_close_to_float32_dot_product():
 def test_tree_sum_rejects_wrong_lane_count():
     with pytest.raises(ValueError, match="16 lanes"):
         nm.tree_sum(np.zeros(8, np.uint32))
+
+
+def test_f32_add_canonical_equals_f32_add_on_results():
+    """The accumulation shortcut: on bit patterns this module produces (tree
+    sums and sums of them, with zeros, infinities and NaN among them) it
+    gives f32_add's bits; on a subnormal operand (never produced) it would
+    not, so the general add stays for everything else."""
+    rng = np.random.default_rng(7)
+    w = nm.float_to_bf16(rng.standard_normal((4000, 16)) * 2.0 ** rng.integers(-60, 60, (4000, 1)))
+    w[rng.random(w.shape) < 0.01] = nm.BF16_QNAN
+    w[rng.random(w.shape) < 0.01] = 0x7F80
+    trees = nm.tree_sum(nm.bf16_mul(w, w[::-1]))
+    a, b = trees[:2000], trees[2000:]
+    assert np.array_equal(nm.f32_add_canonical(a, b), nm.f32_add(a, b))
+    sums = nm.f32_add(a, b)
+    assert np.array_equal(nm.f32_add_canonical(sums, b), nm.f32_add(sums, b))
+    normal, subnormal = np.array([0x00800000], np.uint32), np.array([0x00400000], np.uint32)
+    assert nm.f32_add(normal, subnormal) == normal  # the subnormal operand reads as zero
+    assert nm.f32_add_canonical(normal, subnormal) == 0x00C00000
