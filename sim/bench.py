@@ -1,5 +1,6 @@
-"""Benchmarks: RTL simulation speed of the GEMV under each simulator and the
-golden model's speed on the same command stream. Writes JSON."""
+"""Benchmarks: RTL simulation speed under each simulator and each way of
+running it (cocotb, the standalone player), the golden model on the same
+streams, model build times, and the golden studies. Writes JSON."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from sim import runner
 from tb.stimulus import gemv_problem
 
 GEMV_SHAPE = (256, 512)
+BUILD_RUNS = Path("build") / "fast" / "runs" / "bench"
 
 
 def bench_golden(repeat: int = 3) -> dict:
@@ -62,39 +64,131 @@ def bench_study(out_dir: Path) -> dict:
             "dcs_table_storage": study["dcs_table_storage"]}
 
 
+#: The stream of the simulation-path comparison: long_sparse under DCS.
+PATH_STREAM = {"verilator": 20_000, "icarus": 2_000}
+
+
+def bench_paths(sims: list[str], seed: int = 1) -> dict:
+    """One random DCS stream (the long_sparse shape: idle 0.2, backpressure
+    0.3, 1 % bad commands) under every way the RTL is simulated, in one
+    run: the cocotb runner (VPI, the player driven from Python), the
+    standalone player (no VPI), and the golden model scoring the record.
+    Simulated cycles per wall-second; every path gives the same cycles."""
+    import numpy as np
+
+    from golden.channel import ChannelModel
+    from sim import fast
+    from tb import scoreboard
+    from tb.stimulus import random_stream
+
+    config = small_config().replace(policy="dcs")
+    out = {"stream": "long_sparse under dcs", "config": config.describe()}
+    for sim in sims:
+        n = PATH_STREAM[sim]
+        rng = np.random.default_rng(seed)
+        cmds, wdata = random_stream(config, n, rng, bad=0.01, shape="sparse")
+        loads = [fast.Load(cmds, wdata, 0.2, 0.3, 12345)]
+        fast.build(sim, config)
+        runner.build(sim, config)
+        times: dict = {}
+        start = time.perf_counter()
+        alone = fast.run(sim, config, loads, BUILD_RUNS / f"bench-paths-{sim}", times=times)
+        alone_s = time.perf_counter() - start
+        start = time.perf_counter()
+        under, cocotb_test_s = fast.run_under_cocotb(sim, config, loads,
+                                                     BUILD_RUNS / f"bench-paths-{sim}-cocotb")
+        cocotb_s = time.perf_counter() - start
+        start = time.perf_counter()
+        ref = scoreboard.check(ChannelModel(config), cmds, wdata, alone[0])
+        golden_s = time.perf_counter() - start
+        start = time.perf_counter()
+        ChannelModel(config).run(cmds, wdata)
+        golden_free_s = time.perf_counter() - start
+        cycles = alone[0].cycles
+        rate = {"cocotb": cycles / cocotb_test_s, "standalone": cycles / times["simulator_s"],
+                "standalone_with_files": cycles / alone_s, "golden_scoreboard": cycles / golden_s}
+        out[sim] = {
+            "commands": n, "cycles": cycles, "same_record": alone == under,
+            "trace_entries": len(ref.trace),
+            "wall_s": {"cocotb_test": round(cocotb_test_s, 3),
+                       "cocotb_with_start": round(cocotb_s, 3),
+                       "standalone_simulator": round(times["simulator_s"], 3),
+                       "standalone_write_loads": round(times["write_s"], 3),
+                       "standalone_read_record": round(times["read_s"], 3),
+                       "golden_scoreboard": round(golden_s, 3),
+                       "golden_free_run": round(golden_free_s, 3)},
+            "cycles_per_s": {k: round(v) for k, v in rate.items()},
+            "standalone_over_cocotb": round(rate["standalone"] / rate["cocotb"], 1),
+            "standalone_over_golden": round(rate["standalone"] / rate["golden_scoreboard"], 2),
+        }
+    return out
+
+
+def bench_builds(sims: list[str]) -> dict:
+    """Wall time of building each configuration's models from scratch: the
+    standalone player (sim/fast.py) and the cocotb model, per simulator.
+    Generated Verilog is reused (it is timed separately, once)."""
+    import shutil
+
+    from golden.config import load_profile
+    from sim import fast
+    from sim.generate import CONFIGS, dex_test_config, generate
+
+    configs = {"small-static": small_config(), "small-dcs": small_config().replace(policy="dcs"),
+               "dex": dex_test_config(), "full16 (gddr6-aim, 64 rows)": CONFIGS["full16"](),
+               "gddr6-aim (16384 rows)": load_profile("gddr6-aim")}
+    out = {}
+    for label, config in configs.items():
+        row = {"config": config.describe()}
+        start = time.perf_counter()
+        rtl = generate(config)
+        row["generate_s"] = round(time.perf_counter() - start, 1)
+        row["verilog_mb"] = round(rtl.stat().st_size / 1e6, 2)
+        for sim in sims:
+            shutil.rmtree(fast.build_dir(sim, config), ignore_errors=True)
+            row[f"{sim}_standalone_s"] = round(fast.build(sim, config).wall_s, 1)
+            if label.startswith("small") or sim == "icarus":
+                shutil.rmtree(runner.build_dir(sim, config, False), ignore_errors=True)
+                start = time.perf_counter()
+                runner.build(sim, config)
+                row[f"{sim}_cocotb_s"] = round(time.perf_counter() - start, 1)
+        out[label] = row
+    return out
+
+
 def bench_rtl(sim: str) -> dict:
-    start = time.perf_counter()
-    runner.build(sim)
-    build_s = time.perf_counter() - start
-    start = time.perf_counter()
-    results, test_dir = runner.run(sim, ["gemv"], seed=1, run_name="bench-gemv")
-    total_s = time.perf_counter() - start
-    metrics = json.loads((test_dir / "metrics.json").read_text())
-    res = results[0]
-    return {"passed": res.passed, "cycles": metrics["cycles"], "commands": metrics["commands"],
-            "test_wall_s": round(res.wall_s, 3), "run_wall_s": round(total_s, 3),
-            "build_wall_s_if_stale": round(build_s, 3),
-            "cycles_per_s": round(metrics["cycles"] / res.wall_s) if res.wall_s else None}
+    """The GEMV through the standalone player (tb/play_tests.py ``gemv``)."""
+    from sim import fast
+    from tb import play_tests
+
+    build = fast.build(sim, small_config())
+    r = play_tests.run_test(sim, small_config(), "gemv", BUILD_RUNS / f"gemv-{sim}", seed=1)
+    cycles = r.metrics.get("cycles", 0)
+    return {"passed": r.passed, "cycles": cycles, "commands": r.metrics.get("commands", 0),
+            "simulator_wall_s": round(r.sim_wall_s, 3), "test_wall_s": round(r.wall_s, 3),
+            "build_wall_s_if_stale": round(build.wall_s, 3),
+            "cycles_per_s": round(cycles / r.sim_wall_s) if r.sim_wall_s else None}
 
 
 def bench_rtl_kernel(sim: str, tokens: int = 1024) -> dict:
-    """The dcs_kernel test (QK^T d128 g2) under each policy: RTL cycles and
-    simulation speed; the cycle counts equal the golden model's."""
+    """The QK^T kernel (d128 g2) through the standalone player under each
+    policy: RTL cycles (equal to the golden model's) and simulation speed."""
+    from tb import play_tests
+
     out = {}
     for policy in POLICIES:
         config = small_config().replace(policy=policy)
-        runner.build(sim, config)
-        results, test_dir = runner.run(sim, ["dcs_kernel"], config=config, seed=1,
-                                       run_name=f"bench-kernel-{policy}",
-                                       extra_env={"PIMORCH_KERNEL_TOKENS": str(tokens)})
-        m = json.loads((test_dir / "metrics.json").read_text())
-        wall = results[0].wall_s
-        out[policy] = {"passed": results[0].passed, "kernel": m["kernel"], "tokens": tokens,
-                       "commands": m["commands"], "cycles": m["cycles"],
-                       "test_wall_s": round(wall, 2),  # simulation plus the golden scoreboard
-                       "cycles_per_s": round(m["cycles"] / wall) if wall else None,
-                       "commands_per_s": round(m["commands"] / wall) if wall else None}
-    out["dcs_speedup_over_static"] = round(out["static"]["cycles"] / out["dcs"]["cycles"], 3)
+        r = play_tests.run_test(sim, config, "dcs_kernel", BUILD_RUNS / f"kernel-{sim}-{policy}",
+                                seed=1, size=tokens)
+        m = r.metrics
+        out[policy] = {"passed": r.passed, "kernel": m.get("kernel"), "tokens": tokens,
+                       "commands": m.get("commands"), "cycles": m.get("cycles"),
+                       "simulator_wall_s": round(r.sim_wall_s, 3),
+                       "test_wall_s": round(r.wall_s, 2),  # simulation plus the scoreboard
+                       "cycles_per_s": round(m["cycles"] / r.sim_wall_s)
+                       if r.passed and r.sim_wall_s else None}
+    if out["static"]["cycles"] and out["dcs"]["cycles"]:
+        out["dcs_speedup_over_static"] = round(out["static"]["cycles"] / out["dcs"]["cycles"], 3)
     return out
 
 
@@ -256,6 +350,8 @@ def bench(out: Path | None, sims: list[str]) -> dict:
         "golden_policies": bench_golden_policies(),
         "dcs_utilization_study": bench_study(Path(out).parent if out and str(out) != "-"
                                              else Path("build")),
+        "paths": bench_paths(sims),
+        "builds": bench_builds(sims),
         "rtl": {sim: bench_rtl(sim) for sim in sims},
         "rtl_dcs_kernel": {sim: bench_rtl_kernel(sim) for sim in sims},
         "golden_hub": bench_golden_hub(),
@@ -266,7 +362,7 @@ def bench(out: Path | None, sims: list[str]) -> dict:
     }
     for r in report["rtl"].values():
         if r.get("cycles_per_s"):
-            r["golden_speedup"] = round(report["golden"]["cycles_per_s"] / r["cycles_per_s"], 1)
+            r["over_golden"] = round(r["cycles_per_s"] / report["golden"]["cycles_per_s"], 2)
     text = json.dumps(report, indent=2)
     if out is None or str(out) == "-":
         print(text)

@@ -100,18 +100,11 @@ def _hex_lines(values) -> str:
     return "".join(f"{v:x}\n" for v in values)
 
 
-def run(sim: str, config: ChannelConfig, loads: list[Load], run_dir: Path,
-        slice_rows: int = 0, keep_files: bool = True) -> list[Observed]:
-    """Play ``loads`` in order in one simulation; return each load's record.
-    Raises ScoreboardError when a load hangs (its cycle limit) or the
-    simulator stops early."""
+def write_loads(config: ChannelConfig, loads: list[Load], run_dir: Path,
+                slice_rows: int = 0) -> None:
+    """Write the loads' files (parameters, commands, beats) into ``run_dir``."""
     from golden.channel import ChannelModel
 
-    exe = build(sim, config).path
-    run_dir = Path(run_dir)
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True)
     checker = ChannelModel(config.replace(slice_rows=slice_rows) if slice_rows else config)
     for k, ld in enumerate(loads):
         if len(ld.commands) > PLAY_MAX or len(ld.wdata) > PLAY_MAX:
@@ -129,13 +122,11 @@ def run(sim: str, config: ChannelConfig, loads: list[Load], run_dir: Path,
         (run_dir / f"play_par_{k}.hex").write_text(_hex_lines(par))
         (run_dir / f"play_cmds_{k}.hex").write_text(_hex_lines(c.pack() for c in ld.commands))
         (run_dir / f"play_wdata_{k}.hex").write_text(_hex_lines(ld.wdata))
-    if sim == "verilator":
-        cmd = [str(exe.resolve())]
-    else:
-        cmd = ["vvp", "-n", str(exe.resolve())]
-    cmd += [f"+loads={len(loads)}", f"+slice_rows={slice_rows}"]
-    with open(run_dir / "sim.log", "w") as log:
-        done = subprocess.run(cmd, cwd=run_dir, stdout=log, stderr=subprocess.STDOUT)
+
+
+def collect(run_dir: Path, n_loads: int, keep_files: bool = True,
+            what: str = "the simulator") -> list[Observed]:
+    """Each load's record and final status (play_summary.txt) from ``run_dir``."""
     summary = run_dir / "play_summary.txt"
     lines = summary.read_text().split("\n") if summary.is_file() else []
     out = []
@@ -153,7 +144,60 @@ def run(sim: str, config: ChannelConfig, loads: list[Load], run_dir: Path,
             for name in ("par", "cmds", "wdata"):
                 (run_dir / f"play_{name}_{k}.hex").unlink()
             (run_dir / f"play_record_{k}.txt").unlink()
-    if len(out) != len(loads):
-        raise ScoreboardError(f"{sim} stopped after {len(out)} of {len(loads)} loads "
-                              f"(exit status {done.returncode}); see {run_dir / 'sim.log'}")
+    if len(out) != n_loads:
+        raise ScoreboardError(f"{what} stopped after {len(out)} of {n_loads} loads; "
+                              f"see {run_dir / 'sim.log'}")
     return out
+
+
+def run(sim: str, config: ChannelConfig, loads: list[Load], run_dir: Path,
+        slice_rows: int = 0, keep_files: bool = True,
+        times: dict | None = None) -> list[Observed]:
+    """Play ``loads`` in order in one simulation; return each load's record.
+    Raises ScoreboardError when a load hangs (its cycle limit) or the
+    simulator stops early. ``times`` receives the wall seconds of writing
+    the loads, of the simulator process and of reading the records."""
+    exe = build(sim, config).path
+    run_dir = Path(run_dir)
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    t0 = time.perf_counter()
+    write_loads(config, loads, run_dir, slice_rows)
+    if sim == "verilator":
+        cmd = [str(exe.resolve())]
+    else:
+        cmd = ["vvp", "-n", str(exe.resolve())]
+    cmd += [f"+loads={len(loads)}", f"+slice_rows={slice_rows}"]
+    t1 = time.perf_counter()
+    with open(run_dir / "sim.log", "w") as log:
+        done = subprocess.run(cmd, cwd=run_dir, stdout=log, stderr=subprocess.STDOUT)
+    t2 = time.perf_counter()
+    out = collect(run_dir, len(loads), keep_files, f"{sim} (exit status {done.returncode})")
+    if times is not None:
+        times.update(write_s=t1 - t0, simulator_s=t2 - t1, read_s=time.perf_counter() - t2)
+    return out
+
+
+def run_under_cocotb(sim: str, config: ChannelConfig, loads: list[Load], run_dir: Path,
+                     slice_rows: int = 0) -> tuple[list[Observed], float]:
+    """The same loads through the cocotb runner (tb/test_channel.py
+    ``player_loads``: cocotb drives the player in pim_tb, as the long tests
+    did before the standalone toplevel). Returns the records and the
+    test's wall time as cocotb reports it (for make bench)."""
+    from sim import runner
+
+    run_dir = Path(run_dir)
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    (run_dir / "loads").mkdir(parents=True)
+    write_loads(config, loads, run_dir / "loads", slice_rows)
+    env = {"PIMORCH_PLAY_DIR": str((run_dir / "loads").resolve()),
+           "PIMORCH_PLAY_LOADS": str(len(loads)), "PIMORCH_PLAY_SLICE_ROWS": str(slice_rows)}
+    results, test_dir = runner.run(sim, ["player_loads"], config=config, extra_env=env,
+                                   run_name=f"player-{run_dir.name}")
+    if not results or not results[0].passed:
+        raise ScoreboardError(f"cocotb player_loads failed: "
+                              f"{results[0].message if results else 'no result'}; "
+                              f"see {test_dir / 'sim.log'}")
+    return collect(test_dir, len(loads), what="cocotb"), results[0].wall_s

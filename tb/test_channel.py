@@ -19,7 +19,8 @@ from tb.bench import ChannelTB
 from tb.stimulus import random_stream, random_word
 
 #: Tests for one controller policy only; the others run under every policy.
-ONLY = {"dcs_hazards": ("dcs",), "dcs_out_of_order_waveform": ("dcs",)}
+ONLY = {"dcs_hazards": ("dcs",), "dcs_out_of_order_waveform": ("dcs",),
+        "player_loads": ()}  # run by name only (make bench, tests/test_fast.py)
 
 
 @cocotb.test()
@@ -150,3 +151,52 @@ async def dcs_out_of_order_waveform(dut):
     obs = await tb.run(cmds, wdata)
     tb.check(cmds, wdata, obs)
     assert _cycle(obs, 1, Opcode.WR_INP) < _cycle(obs, 0, Opcode.MAC)
+
+
+@cocotb.test()
+async def player_loads(dut):
+    """The standalone player's loads (written by sim.fast.write_loads into
+    PIMORCH_PLAY_DIR) played from cocotb instead of pim_play's sequencer:
+    the same flow-control generators, so the same records and cycles, with
+    the cocotb runner's costs (VPI, public signals, Python at every load).
+    Leaves play_record_<k>.txt and play_summary.txt in the run folder."""
+    import shutil
+    from pathlib import Path
+
+    from cocotb.clock import Clock
+    from cocotb.triggers import ClockCycles, FallingEdge, First, RisingEdge, Timer
+
+    from tb.bench import CLOCK_NS
+
+    folder = Path(os.environ["PIMORCH_PLAY_DIR"])
+    loads = int(os.environ.get("PIMORCH_PLAY_LOADS", "1"))
+    Clock(dut.clk, CLOCK_NS, unit="ns").start()
+    for name in ("cmd__valid", "wdata__valid", "rdata__ready", "err_clear", "cmd__payload",
+                 "wdata__payload"):
+        getattr(dut, name).value = 0
+    dut.slice_rows.value = int(os.environ.get("PIMORCH_PLAY_SLICE_ROWS", "0"))
+    names = ("n_cmd", "n_wdata", "n_rdata", "n_trace", "idle_level", "stall_level",
+             "lfsr_seed", "hold_beat", "hold_until", "quiet_cycles")
+    with open("play_summary.txt", "w") as summary:
+        for k in range(loads):
+            for kind in ("cmds", "wdata"):
+                shutil.copy(folder / f"play_{kind}_{k}.hex", f"play_{kind}_{k}.hex")
+            par = [int(x, 16) for x in (folder / f"play_par_{k}.hex").read_text().split()]
+            dut.play.value = 0
+            dut.rst.value = 1
+            dut.load_index.value = k
+            for name, value in zip(names, par, strict=False):
+                getattr(dut, name).value = value
+            dut.load.value = 1
+            await ClockCycles(dut.clk, 3)
+            dut.load.value = 0
+            dut.rst.value = 0
+            dut.play.value = 1
+            done = RisingEdge(dut.done)
+            if await First(done, Timer(par[10] * CLOCK_NS, unit="ns")) is not done:
+                summary.write(f"X {k} {dut.cycle.value.to_unsigned()}\n")
+                return
+            await FallingEdge(dut.clk)
+            summary.write(f"D {k} {dut.status.value.to_unsigned():x} "
+                          f"{dut.cycle.value.to_unsigned()}\n")
+            await RisingEdge(dut.clk)

@@ -133,3 +133,22 @@ def _check_counts(cfg, cmds, wdata):
     assert n_rdata == len(ref.rdata)
     assert n_trace == sum(e.opcode not in (Opcode.PRE, Opcode.ACT) for e in ref.trace)
     assert n_trace < len(ref.trace)  # the stream opens rows: PRE/ACT are not counted
+
+
+@pytest.mark.parametrize("sim", SIMS)
+def test_standalone_and_cocotb_players_agree(sim, tmp_path):
+    """The same loads (two, memories carried over) played by the standalone
+    toplevel and from cocotb give identical records, status and cycles:
+    the standalone sequencer plays them as the cocotb testbench does."""
+    cfg = small_config().replace(policy="dcs")
+    rng = np.random.default_rng(21)
+    loads = []
+    for _ in range(2):
+        cmds, wdata = random_stream(cfg, 400, rng, bad=0.03, shape="dense")
+        loads.append(fast.Load(cmds, wdata, 0.2, 0.3, int(rng.integers(1, 1 << 32))))
+    alone = fast.run(sim, cfg, loads, tmp_path / "alone")
+    under, _ = fast.run_under_cocotb(sim, cfg, loads, tmp_path / "cocotb")
+    assert alone == under
+    model = ChannelModel(cfg)
+    for ld, obs in zip(loads, alone, strict=True):
+        scoreboard.check(model, ld.commands, ld.wdata, obs)
