@@ -31,7 +31,7 @@ CHUNK = 100_000  # commands per player load
 #: commands per long_* test when none are given (make sim, make test under Verilator)
 STREAM_COMMANDS = 20_000
 KERNEL_TOKENS = 256
-DEX_GROUPS = 2_000
+DEX_GROUPS = 1_000
 
 
 class Player:

@@ -33,11 +33,31 @@ def need(sim):
         pytest.fail(str(e))
 
 
+#: cocotb models make test builds under Verilator: the DCS channel (its
+#: waveform test needs a model with tracing anyway). The other channel
+#: configurations run their cocotb tests under Icarus here and their long
+#: streams under Verilator through the standalone player (tests/test_fast.py);
+#: make test-full adds their cocotb runs under Verilator (a model build of
+#: about a minute each).
+VERILATOR_COCOTB = ("dcs",)
+#: commands of random_stream_flow_control (the interactive driver) per simulator
+RANDOM_COMMANDS = {"verilator": 3000, "icarus": 1500}
+
+
+def skip_unless_full(sim, label, request):
+    if sim == "verilator" and label not in VERILATOR_COCOTB and not full_run(request):
+        pytest.skip(f"cocotb under Verilator for {label} runs in make test-full; Icarus runs "
+                    f"these tests, the standalone player runs its long streams under Verilator")
+
+
 @pytest.mark.parametrize("sim, policy, test", list(cases()))
 def test_rtl_matches_golden(sim, policy, test, request):
+    skip_unless_full(sim, policy, request)
     need(sim)
+    env = {"PIMORCH_RANDOM_COMMANDS": str(RANDOM_COMMANDS[sim])}
     results, test_dir = runner.run(sim, [test], config=small_config().replace(policy=policy),
-                                   seed=seed_option(request), run_name=f"pytest-{policy}-{test}")
+                                   seed=seed_option(request), run_name=f"pytest-{policy}-{test}",
+                                   extra_env=env)
     failed = [r for r in results if not r.passed]
     assert results and not failed, f"{failed[0].message if failed else 'no result'} " \
                                     f"(log: {test_dir / 'sim.log'})"
@@ -93,6 +113,7 @@ def test_dex_rtl_matches_golden(sim, test, request):
     """Dual-path banks (tb/test_dex.py) under both simulators."""
     from sim.generate import dex_test_config
 
+    skip_unless_full(sim, "dex", request)
     need(sim)
     results, test_dir = runner.run(sim, [test], config=dex_test_config(),
                                    seed=seed_option(request), run_name=f"pytest-dex-{test}")
