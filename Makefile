@@ -29,10 +29,10 @@ sim: $(STAMP) tools
 	$(BIN)/pimorch sim --sim $(SIM) $(if $(filter 1 yes true,$(WAVES)),--waves,)
 
 test: $(STAMP) tools
-	$(BIN)/python -m pytest -q -n 2
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 test-full: $(STAMP) tools
-	PIMORCH_FULL=1 $(BIN)/python -m pytest -q -n 2
+	PIMORCH_FULL=1 $(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 regress: $(STAMP) tools
 	$(BIN)/pimorch regress --commands $(COMMANDS) --json build/regress.json

@@ -136,7 +136,7 @@ def bench_builds(sims: list[str]) -> dict:
 
     configs = {"small-static": small_config(), "small-dcs": small_config().replace(policy="dcs"),
                "dex": dex_test_config(), "full16 (gddr6-aim, 64 rows)": CONFIGS["full16"](),
-               "gddr6-aim (16384 rows)": load_profile("gddr6-aim")}
+               "hbm2-pim (64 rows)": load_profile("hbm2-pim", rows=64)}
     out = {}
     for label, config in configs.items():
         row = {"config": config.describe()}

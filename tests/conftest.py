@@ -1,5 +1,7 @@
 import os
 
+import pytest
+
 
 def pytest_addoption(parser):
     parser.addoption("--seed", action="store", default=None,
@@ -21,3 +23,11 @@ def seed_option(request) -> int | None:
 def full_run(request) -> bool:
     """pytest --full or PIMORCH_FULL=1: the long runs make test leaves out."""
     return request.config.getoption("--full") or os.environ.get("PIMORCH_FULL") == "1"
+
+
+def build_group(label: str):
+    """Tests that share one configuration's generated Verilog and simulator
+    models run on one pytest-xdist worker (make test: --dist loadgroup), so
+    the other worker never waits on a build lock; the first test of a group
+    builds, the rest reuse."""
+    return pytest.mark.xdist_group(label)

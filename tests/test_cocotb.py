@@ -9,7 +9,7 @@ from golden.config import POLICIES, small_config, small_hub_config
 from golden.isa import TRACE_FIELDS, Opcode, unpack
 from sim import runner
 from sim.tools import ToolError, require_simulator
-from tests.conftest import full_run, seed_option
+from tests.conftest import build_group, full_run, seed_option
 
 SIMS = ["verilator", "icarus"]
 WAVE_TESTS = ("act_to_mac_waveform", "dcs_out_of_order_waveform")
@@ -23,7 +23,8 @@ def cases():
         for policy in POLICIES:
             for test in runner.list_tests(policy):
                 if test not in WAVE_TESTS:
-                    yield pytest.param(sim, policy, test, id=f"{sim}-{policy}-{test}")
+                    yield pytest.param(sim, policy, test, id=f"{sim}-{policy}-{test}",
+                                       marks=build_group(policy))
 
 
 def need(sim):
@@ -70,7 +71,8 @@ HUB_FULL_ONLY = ("verilator", "dcs")
 
 
 @pytest.mark.parametrize("sim, policy, test", [
-    pytest.param(sim, policy, test, id=f"{sim}-hub-{policy}-{test}")
+    pytest.param(sim, policy, test, id=f"{sim}-hub-{policy}-{test}",
+                 marks=build_group(f"hub-{policy}"))
     for sim in SIMS for policy in runner.HUB_POLICIES
     for test in runner.list_tests(module_name=runner.HUB_TB_MODULE)])
 def test_hub_rtl_matches_golden(sim, policy, test, request):
@@ -92,7 +94,7 @@ ALU_ICARUS = ("random_alu_program", "bad_commands", "kernel_tiled_row_mx4",
 
 
 @pytest.mark.parametrize("sim, test", [
-    pytest.param(sim, test, id=f"{sim}-alu-{test}")
+    pytest.param(sim, test, id=f"{sim}-alu-{test}", marks=build_group("alu"))
     for sim in SIMS for test in runner.list_tests(module_name=runner.ALU_TB_MODULE)
     if sim == "verilator" or test in ALU_ICARUS])
 def test_alu_rtl_matches_golden(sim, test, request):
@@ -107,7 +109,7 @@ def test_alu_rtl_matches_golden(sim, test, request):
 
 
 @pytest.mark.parametrize("sim, test", [
-    pytest.param(sim, test, id=f"{sim}-dex-{test}")
+    pytest.param(sim, test, id=f"{sim}-dex-{test}", marks=build_group("dex"))
     for sim in SIMS for test in runner.list_tests(module_name=runner.DEX_TB_MODULE)])
 def test_dex_rtl_matches_golden(sim, test, request):
     """Dual-path banks (tb/test_dex.py) under both simulators."""
@@ -152,6 +154,7 @@ def wave_trace(sim, test):
     return issued
 
 
+@build_group("dcs")
 @pytest.mark.parametrize("wave_sim", SIMS)
 def test_waveform_shows_act_to_mac_equal_trcd(wave_sim):
     """WAVES=1 flow: a VCD per test; in it, the first MAC on a freshly
@@ -162,6 +165,7 @@ def test_waveform_shows_act_to_mac_equal_trcd(wave_sim):
     assert first_mac - act == small_config().timing.t_rcd
 
 
+@build_group("dcs")
 @pytest.mark.parametrize("wave_sim", SIMS)
 def test_waveform_shows_dcs_issue_out_of_program_order(wave_sim):
     """In the VCD of the DCS model: WR-INP 1 (an I/O command) issues while

@@ -10,10 +10,10 @@ import pytest
 from golden.channel import ChannelModel
 from golden.config import POLICIES, small_config
 from sim import fast
-from sim.generate import BUILD, dex_test_config
+from sim.generate import BUILD, CONFIGS, dex_test_config
 from tb import play_tests, scoreboard
 from tb.stimulus import dex_stream, random_stream
-from tests.conftest import full_run, seed_option
+from tests.conftest import build_group, full_run, seed_option
 
 SIMS = ["verilator", "icarus"]
 #: sizes under Icarus (about 2,400 cycles per second there); Verilator runs
@@ -22,7 +22,7 @@ ICARUS_SIZE = {"long_dense": 3000, "long_sparse": 3000, "dex_long": 200, "dcs_ke
                "gemv": 64}
 #: 2 x 65,600 commands: under Icarus only in make test-full
 ICARUS_FULL_ONLY = ("id_wrap",)
-pytestmark = pytest.mark.cocotb
+pytestmark = [pytest.mark.cocotb, build_group("dcs")]  # the tests below use the DCS models
 
 
 def cases():
@@ -30,21 +30,27 @@ def cases():
         for policy in POLICIES:
             for test in play_tests.list_tests(policy):
                 yield pytest.param(sim, small_config().replace(policy=policy), test,
-                                   id=f"{sim}-{policy}-{test}")
+                                   id=f"{sim}-{policy}-{test}", marks=build_group(policy))
         for test in play_tests.list_tests(dual_path=True):
-            yield pytest.param(sim, dex_test_config(), test, id=f"{sim}-dex-{test}")
+            yield pytest.param(sim, dex_test_config(), test, id=f"{sim}-dex-{test}",
+                               marks=build_group("dex"))
+    # the gddr6-aim geometry (16 banks x 64 words per row, 64 rows): make test-full
+    yield pytest.param("verilator", CONFIGS["full16"](), "long_sparse",
+                       id="verilator-full16-long_sparse", marks=build_group("full16"))
 
 
 @pytest.mark.parametrize("sim, config, test", list(cases()))
 def test_player_matches_golden(sim, config, test, request):
     if sim == "icarus" and test in ICARUS_FULL_ONLY and not full_run(request):
         pytest.skip("under Icarus in make test-full (pytest --full); Verilator runs it here")
+    if config.banks == 16 and not full_run(request):
+        pytest.skip("the 16-bank channel runs in make test-full (pytest --full)")
     size = None
     if sim == "icarus":
         size = ICARUS_SIZE.get(test)
     if test in play_tests.SCALED:
         size = request.config.getoption("--stream-commands") or size
-    name = f"{config.policy}{'-dex' if config.dual_path else ''}-{test}"
+    name = f"{config.policy}{'-dex' if config.dual_path else ''}-{config.banks}b-{test}"
     r = play_tests.run_test(sim, config, test, BUILD / "fast" / "runs" / sim / f"pytest-{name}",
                             seed=seed_option(request), size=size)
     assert r.passed, f"{r.message} (seed {r.seed}; run folder {r.run_dir})"
