@@ -15,6 +15,7 @@ under Icarus a ``vvp`` file. Runs: one folder per run, given by the caller.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import shutil
 import subprocess
@@ -32,6 +33,7 @@ from tb.scoreboard import Observed, ScoreboardError
 MAIN_CPP = Path(__file__).resolve().parent.parent / "tb" / "pim_play_main.cpp"
 TOP = "pim_play"
 FAST_MAKEFLAGS = "OPT_FAST=-O2 OPT_SLOW=-O0 OPT_GLOBAL=-O2"
+_RECIPE = hashlib.sha256(MAIN_CPP.read_bytes() + Path(__file__).read_bytes()).hexdigest()[:6]
 
 
 @dataclass
@@ -54,7 +56,9 @@ class BuildInfo:
 
 
 def build_dir(sim: str, config: ChannelConfig) -> Path:
-    return BUILD / "fast" / f"{sim}-{config_key(config)}"
+    """One folder per simulator, configuration (RTL and testbench sources
+    included) and build recipe (this file and the Verilator clock loop)."""
+    return BUILD / "fast" / f"{sim}-{config_key(config)}-{_RECIPE}"
 
 
 def build(sim: str, config: ChannelConfig, jobs: int = 2) -> BuildInfo:

@@ -45,6 +45,8 @@ def _run_segment(job: tuple) -> dict:
         passed, message = True, ""
     except AssertionError as e:
         m, passed, message = {}, False, str(e).splitlines()[0] if str(e) else "assertion failed"
+    except Exception as e:  # noqa: BLE001 (reported with the segment's seed, not a dead pool)
+        m, passed, message = {}, False, f"{type(e).__name__}: {e}"
     out = {"segment": seg.index, "seed": seg.seed, "passed": passed, "message": message,
            "commands": m.get("commands", 0), "cycles": m.get("cycles", 0),
            "wall_s": time.perf_counter() - start, "sim_wall_s": p.sim_wall_s,
