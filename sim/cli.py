@@ -75,6 +75,8 @@ def cmd_sim(args) -> int:
     from sim import runner
     from tb import play_tests
 
+    if args.stream_commands < 1:
+        raise ConfigError(f"--stream-commands must be >= 1, not {args.stream_commands}")
     waves = args.waves or runner.waves_enabled()
     policies = args.policy or list(POLICIES)
     env = {"PIMORCH_HUB_LAG": "1"}

@@ -161,6 +161,8 @@ def run(sim: str, config: ChannelConfig, loads: list[Load], run_dir: Path,
     Raises ScoreboardError when a load hangs (its cycle limit) or the
     simulator stops early. ``times`` receives the wall seconds of writing
     the loads, of the simulator process and of reading the records."""
+    if not loads:
+        raise ValueError("no loads to play")
     exe = build(sim, config).path
     run_dir = Path(run_dir)
     if run_dir.exists():

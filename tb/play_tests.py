@@ -214,6 +214,8 @@ def run_test(sim: str, config: ChannelConfig, name: str, run_dir: Path,
     """Run one test through the player; failures come back as a result
     with the first line of the message (the run folder keeps the record)."""
     test = TESTS[name]
+    if size is not None and size < 1:
+        raise ValueError(f"{name}: size must be >= 1, not {size}")
     seed = new_seed() if seed is None else seed
     slice_rows = 0
     if test.dual_path:

@@ -164,6 +164,10 @@ def test_cli_librapim_json_and_plots(tmp_path, capsys):
     (["run", "hetero-training", "--workloads", "VGG"], "unknown workload 'VGG'"),
     (["run", "jitq", "--models", "gpt-4"], "unknown model 'gpt-4'"),
     (["run", "hetero-training", "--offload-fraction", "2"], "--offload-fraction must be in"),
+    (["sim", "--stream-commands", "0"], "--stream-commands must be >= 1"),
+    (["sim", "--test", "no_such_test", "--no-hub", "--no-alu"], "unknown test(s) no_such_test"),
+    (["regress", "--commands", "0"], "commands must be >= 1"),
+    (["regress", "--commands", "10", "--segment", "3"], "segment(s) [3] not in 0..0"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
     assert main(argv) == 2
