@@ -202,9 +202,7 @@ class ChannelModel:
             return
         weights, inputs = zip(*pending, strict=True)
         pending.clear()
-        w = np.stack(weights)  # (n, banks, 16)
-        x = np.stack(inputs)[:, None, :]  # (n, 1, 16)
-        trees = numerics.tree_sum(numerics.bf16_mul(w, np.broadcast_to(x, w.shape)))
+        trees = numerics.mac_trees(np.stack(weights), np.stack(inputs))  # (n, banks)
         acc = numerics.f32_add(self._obuf[out], trees[0])  # the entry may hold any bits
         for tree in trees[1:]:
             acc = numerics.f32_add_canonical(acc, tree)

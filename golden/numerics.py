@@ -95,8 +95,15 @@ def mac(acc: np.ndarray, weights: np.ndarray, inputs: np.ndarray) -> np.ndarray:
 
     acc: FP32 bits, shape (banks,); weights: BF16 bits (banks, 16);
     inputs: BF16 bits (16,) broadcast to every bank."""
-    products = bf16_mul(weights, np.broadcast_to(inputs, np.shape(weights)))
-    return f32_add(acc, tree_sum(products))
+    return f32_add(acc, mac_trees(weights, inputs))
+
+
+def mac_trees(weights: np.ndarray, inputs: np.ndarray) -> np.ndarray:
+    """``tree(weights * inputs)`` per bank, the product half of ``mac``;
+    leading axes batch many MACs: weights (..., banks, 16), inputs
+    (..., 16) broadcast to every bank -> FP32 bits (..., banks)."""
+    inputs = np.asarray(inputs)[..., None, :]
+    return tree_sum(bf16_mul(weights, np.broadcast_to(inputs, np.shape(weights))))
 
 
 def f32_to_bf16(x: np.ndarray) -> np.ndarray:

@@ -128,8 +128,7 @@ def write_loads(config: ChannelConfig, loads: list[Load], run_dir: Path,
         (run_dir / f"play_wdata_{k}.hex").write_text(_hex_lines(ld.wdata))
 
 
-def collect(run_dir: Path, n_loads: int, keep_files: bool = True,
-            what: str = "the simulator") -> list[Observed]:
+def collect(run_dir: Path, n_loads: int, what: str = "the simulator") -> list[Observed]:
     """Each load's record and final status (play_summary.txt) from ``run_dir``."""
     summary = run_dir / "play_summary.txt"
     lines = summary.read_text().split("\n") if summary.is_file() else []
@@ -144,10 +143,6 @@ def collect(run_dir: Path, n_loads: int, keep_files: bool = True,
         obs.status = scoreboard.status_tuple(int(rest[0], 16))
         obs.cycles = int(rest[1])
         out.append(obs)
-        if not keep_files:
-            for name in ("par", "cmds", "wdata"):
-                (run_dir / f"play_{name}_{k}.hex").unlink()
-            (run_dir / f"play_record_{k}.txt").unlink()
     if len(out) != n_loads:
         raise ScoreboardError(f"{what} stopped after {len(out)} of {n_loads} loads; "
                               f"see {run_dir / 'sim.log'}")
@@ -155,8 +150,7 @@ def collect(run_dir: Path, n_loads: int, keep_files: bool = True,
 
 
 def run(sim: str, config: ChannelConfig, loads: list[Load], run_dir: Path,
-        slice_rows: int = 0, keep_files: bool = True,
-        times: dict | None = None) -> list[Observed]:
+        slice_rows: int = 0, times: dict | None = None) -> list[Observed]:
     """Play ``loads`` in order in one simulation; return each load's record.
     Raises ScoreboardError when a load hangs (its cycle limit) or the
     simulator stops early. ``times`` receives the wall seconds of writing
@@ -179,7 +173,7 @@ def run(sim: str, config: ChannelConfig, loads: list[Load], run_dir: Path,
     with open(run_dir / "sim.log", "w") as log:
         done = subprocess.run(cmd, cwd=run_dir, stdout=log, stderr=subprocess.STDOUT)
     t2 = time.perf_counter()
-    out = collect(run_dir, len(loads), keep_files, f"{sim} (exit status {done.returncode})")
+    out = collect(run_dir, len(loads), f"{sim} (exit status {done.returncode})")
     if times is not None:
         times.update(write_s=t1 - t0, simulator_s=t2 - t1, read_s=time.perf_counter() - t2)
     return out

@@ -41,7 +41,7 @@ def _run_segment(job: tuple) -> dict:
     p = play_tests.Player(sim, config, seg.seed, Path(folder) / f"segment-{seg.index}")
     start = time.perf_counter()
     try:
-        m = play_tests._long(p, seg.commands, shape)
+        m = play_tests.long_stream(p, seg.commands, shape)
         passed, message = True, ""
     except AssertionError as e:
         m, passed, message = {}, False, str(e).splitlines()[0] if str(e) else "assertion failed"
@@ -52,8 +52,7 @@ def _run_segment(job: tuple) -> dict:
            "wall_s": time.perf_counter() - start, "sim_wall_s": p.sim_wall_s,
            "check_wall_s": p.check_wall_s}
     if passed:
-        for f in p.run_dir.glob("play_*"):
-            f.unlink()
+        p.discard_records()
     return out
 
 

@@ -54,7 +54,6 @@ class Player:
     def run(self) -> list[tuple[Observed, RunResult]]:
         """Simulate every load, then score each against the golden model
         (memories carry over between loads, as in the RTL)."""
-        fast.build(self.sim, self.config)
         times: dict = {}
         observed = fast.run(self.sim, self.config, self.loads, self.run_dir, self.slice_rows,
                             times=times)
@@ -68,11 +67,20 @@ class Player:
         self.check_wall_s = time.perf_counter() - start
         return out
 
+    def discard_records(self) -> None:
+        """Delete the load files and records of a passed run (they can be
+        large); PIMORCH_KEEP_RECORDS=1 keeps them."""
+        if os.environ.get("PIMORCH_KEEP_RECORDS", "0") in ("0", ""):
+            for f in self.run_dir.glob("play_*"):
+                f.unlink()
+
 
 # ---- the tests ----------------------------------------------------------------
 
 
-def _long(p: Player, n: int, shape: str) -> dict:
+def long_stream(p: Player, n: int, shape: str) -> dict:
+    """n random commands of ``shape`` (tb/stimulus.py STREAM_SHAPES), 1 %
+    malformed, idle 0.2, backpressure 0.3, in loads of CHUNK."""
     done = 0
     while done < n:
         k = min(n - done, CHUNK)
@@ -85,12 +93,12 @@ def _long(p: Player, n: int, shape: str) -> dict:
 
 def long_dense(p: Player, n: int) -> dict:
     """n random commands on two GBuf and two OBuf entries (dependency chains)."""
-    return _long(p, n, "dense")
+    return long_stream(p, n, "dense")
 
 
 def long_sparse(p: Player, n: int) -> dict:
     """The same over every buffer entry (independent commands overlap)."""
-    return _long(p, n, "sparse")
+    return long_stream(p, n, "sparse")
 
 
 def gemv(p: Player, n: int) -> dict:
@@ -155,7 +163,7 @@ def dcs_kernel(p: Player, n: int) -> dict:
 def dex_long(p: Player, n: int) -> dict:
     """Dual-path banks split 1:1: ``n`` groups of mixed xPU-read / PIM-MAC
     commands (ACT-AHEADs, bad commands) with idle and backpressure."""
-    done = cycles = 0
+    done = 0
     per_load = 4_000  # groups per load: about 40,000 commands
     while done < n:
         k = min(n - done, per_load)
@@ -163,8 +171,8 @@ def dex_long(p: Player, n: int) -> dict:
         p.add(cmds, wdata, idle=0.2, backpressure=0.3)
         done += k
     runs = p.run()
-    cycles = sum(obs.cycles for obs, _ in runs)
-    return {"commands": sum(len(ld.commands) for ld in p.loads), "cycles": cycles, "groups": n}
+    return {"commands": sum(len(ld.commands) for ld in p.loads),
+            "cycles": sum(obs.cycles for obs, _ in runs), "groups": n}
 
 
 @dataclass(frozen=True)
@@ -236,7 +244,6 @@ def run_test(sim: str, config: ChannelConfig, name: str, run_dir: Path,
     wall = time.perf_counter() - start
     result = PlayResult(name, passed, seed, wall, p.sim_wall_s, p.check_wall_s,
                         {**metrics, "seed": seed}, message, Path(run_dir))
-    if os.environ.get("PIMORCH_KEEP_RECORDS", "0") in ("0", "") and passed:
-        for f in Path(run_dir).glob("play_*"):
-            f.unlink()
+    if passed:
+        p.discard_records()
     return result

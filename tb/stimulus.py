@@ -37,6 +37,9 @@ STREAM_SHAPES = {
 }
 
 
+_KINDS = (Opcode.WR_INP, Opcode.MAC, Opcode.RD_OUT, Opcode.RD, Opcode.WR)
+
+
 def random_stream(config: ChannelConfig, n: int, rng: np.random.Generator,
                   bad: float = 0.01, rows_used: int = 3, shape: str = "mixed",
                   ) -> tuple[list[Command], list[int]]:
@@ -81,8 +84,6 @@ def random_stream(config: ChannelConfig, n: int, rng: np.random.Generator,
     n_writes = sum(c.opcode in (Opcode.WR, Opcode.WR_INP) for c in cmds)
     return cmds, random_words(rng, n_writes)
 
-
-_KINDS = (Opcode.WR_INP, Opcode.MAC, Opcode.RD_OUT, Opcode.RD, Opcode.WR)
 
 
 def _malformed(config: ChannelConfig, rng: np.random.Generator) -> Command:
