@@ -234,21 +234,44 @@ def bench_rtl_hub(sim: str) -> dict:
 
 
 def bench_rtl_alu(sim: str) -> dict:
-    """tb/test_alu.py kernels on the JIT-Q ALU channel: the plain and the
-    counter-shift strided kernels (load, kernel, read-back) against golden."""
+    """The JIT-Q ALU channel: the kernel tb/test_alu.py still runs under
+    cocotb (tiled row MX4: the per-cycle Python driver) beside the same
+    kernel through the standalone player, in one run; then every kernel
+    (tb/play_tests.py ``alu_kernels``) through the player."""
+    import numpy as np
+
+    from sim import fast
     from sim.generate import ALU_TEST_CONFIG
+    from tb import play_tests
+    from tb.alu_stimulus import KERNEL_CASES, kernel_case
 
     runner.build(sim, ALU_TEST_CONFIG)
-    out = {}
-    for test in ("kernel_strided_row_mx9", "kernel_strided_counter_col_mx4"):
-        results, test_dir = runner.run(sim, [test], config=ALU_TEST_CONFIG, seed=1,
-                                       run_name=f"bench-alu-{test}")
-        m = json.loads((test_dir / "metrics.json").read_text())
-        wall = results[0].wall_s
-        out[test] = {"passed": results[0].passed, "commands": m["commands"],
-                     "cycles": m["cycles"], "test_wall_s": round(wall, 2),
-                     "cycles_per_s": round(m["cycles"] / wall) if wall else None}
-    return out
+    fast.build(sim, ALU_TEST_CONFIG)
+    results, test_dir = runner.run(sim, ["kernel_tiled_row_mx4"], config=ALU_TEST_CONFIG,
+                                   seed=1, run_name="bench-alu-cocotb")
+    m = json.loads((test_dir / "metrics.json").read_text())
+    cocotb_rate = m["cycles"] / results[0].wall_s
+    case = kernel_case(ALU_TEST_CONFIG, np.random.default_rng(1), *KERNEL_CASES[0])
+    times: dict = {}
+    (obs,) = fast.run(sim, ALU_TEST_CONFIG, [fast.Load(case.words, case.beats, 0.2, 0.2, 1)],
+                      BUILD_RUNS / f"alu-one-{sim}", times=times)
+    alone_rate = obs.cycles / times["simulator_s"]
+    r = play_tests.run_test(sim, ALU_TEST_CONFIG, "alu_kernels", BUILD_RUNS / f"alu-{sim}",
+                            seed=1)
+    cycles = r.metrics.get("cycles", 0)
+    return {"kernel_tiled_row_mx4": {
+                "passed": results[0].passed, "commands": m["commands"],
+                "cocotb_cycles": m["cycles"], "cocotb_test_wall_s": round(results[0].wall_s, 2),
+                "standalone_cycles": obs.cycles,
+                "standalone_simulator_wall_s": round(times["simulator_s"], 3),
+                "cycles_per_s": {"cocotb": round(cocotb_rate), "standalone": round(alone_rate)},
+                "standalone_over_cocotb": round(alone_rate / cocotb_rate, 1)},
+            "alu_kernels": {
+                "passed": r.passed, "kernels": r.metrics.get("kernels"),
+                "commands": r.metrics.get("commands"), "cycles": cycles,
+                "kernel_cycles": r.metrics.get("kernel_cycles"),
+                "simulator_wall_s": round(r.sim_wall_s, 3), "test_wall_s": round(r.wall_s, 2),
+                "cycles_per_s": round(cycles / r.sim_wall_s) if r.sim_wall_s else None}}
 
 
 def bench_golden_studies() -> dict:

@@ -92,13 +92,14 @@ def cmd_sim(args) -> int:
         from sim.generate import ALU_TEST_CONFIG
 
         parts.append(("alu", ALU_TEST_CONFIG,
-                      runner.list_tests(module_name=runner.ALU_TB_MODULE), []))
+                      runner.list_tests(module_name=runner.ALU_TB_MODULE),
+                      play_tests.list_tests(kind="alu")))
     if not args.no_dex:
         from sim.generate import dex_test_config
 
         parts.append(("dex", dex_test_config(),
                       runner.list_tests(module_name=runner.DEX_TB_MODULE),
-                      play_tests.list_tests(dual_path=True)))
+                      play_tests.list_tests(kind="dex")))
     known = {t for part in parts for t in part[2] + part[3]}
     unknown = [t for t in args.test or [] if t not in known]
     if unknown:
@@ -143,8 +144,9 @@ def cmd_sim(args) -> int:
                   flush=True)
             if not r.passed:
                 print(f"        {r.message.splitlines()[0] if r.message else ''}")
-                print(f"        replay: pimorch sim --sim {args.sim} --policy "
-                      f"{config.policy} --test {name} --seed {r.seed}"
+                policy = f" --policy {config.policy}" if hasattr(config, "policy") else ""
+                print(f"        replay: pimorch sim --sim {args.sim}{policy} "
+                      f"--test {name} --seed {r.seed}"
                       + (f" --stream-commands {size}" if size else ""))
                 print(f"        run folder: {run_dir}")
     passed = sum(rows)

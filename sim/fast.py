@@ -1,15 +1,16 @@
 """Standalone player runs: the channel at the simulator's own speed.
 
 The ``pim_play`` toplevel (tb/pim_tb.v.in) plays loads of commands and
-write beats from hex files into the channel and records every handshake
-and trace entry; no VPI, no cocotb, no Python in the simulation loop.
+write beats from hex files into the channel (or the JIT-Q ALU channel, for
+an AluConfig) and records every handshake and trace entry; no VPI, no
+cocotb, no Python in the simulation loop.
 Python writes the stimulus, runs the simulator once for all loads, and
 scores each load's record against the golden model with the same
 scoreboard as the cocotb testbench (tb/scoreboard.py).
 
-Builds: ``build/fast/<sim>-<config key>/``: under Verilator a C++ model
-built without ``--vpi`` and ``--public-flat-rw`` around tb/pim_play_main.cpp,
-under Icarus a ``vvp`` file. Runs: one folder per run, given by the caller.
+Builds: ``build/fast/[alu-]<sim>-<config key>-<recipe>/``: under Verilator
+a C++ model built without ``--vpi`` and ``--public-flat-rw`` around
+tb/pim_play_main.cpp, under Icarus a ``vvp`` file. Runs: one folder per run, given by the caller.
 """
 
 from __future__ import annotations
@@ -25,7 +26,16 @@ from pathlib import Path
 
 from golden.channel import Command
 from golden.config import ChannelConfig
-from sim.generate import BUILD, PLAY_MAX, config_key, generate, icarus_source, testbench_source
+from golden.jitq import AluConfig
+from sim.generate import (
+    BUILD,
+    PLAY_MAX,
+    config_key,
+    generate,
+    icarus_source,
+    kind,
+    testbench_source,
+)
 from sim.tools import COCOTB_MAKEFLAGS, VERILATOR_WAIVERS, ToolError, require_simulator
 from tb import scoreboard
 from tb.scoreboard import Observed, ScoreboardError
@@ -40,7 +50,7 @@ _RECIPE = hashlib.sha256(MAIN_CPP.read_bytes() + Path(__file__).read_bytes()).he
 class Load:
     """One stream through the player, after a reset (memories carry over)."""
 
-    commands: list[Command]
+    commands: list[Command] | list[int]  # ALU command words for the ALU channel
     wdata: list[int]
     idle: float = 0.0
     backpressure: float = 0.0
@@ -55,13 +65,13 @@ class BuildInfo:
     wall_s: float
 
 
-def build_dir(sim: str, config: ChannelConfig) -> Path:
+def build_dir(sim: str, config: ChannelConfig | AluConfig) -> Path:
     """One folder per simulator, configuration (RTL and testbench sources
     included) and build recipe (this file and the Verilator clock loop)."""
-    return BUILD / "fast" / f"{sim}-{config_key(config)}-{_RECIPE}"
+    return BUILD / "fast" / f"{kind(config)[1]}{sim}-{config_key(config)}-{_RECIPE}"
 
 
-def build(sim: str, config: ChannelConfig, jobs: int = 2) -> BuildInfo:
+def build(sim: str, config: ChannelConfig | AluConfig, jobs: int = 2) -> BuildInfo:
     """Build the standalone player model of ``config`` (reused when current)."""
     require_simulator(sim)
     started = time.perf_counter()
@@ -104,12 +114,10 @@ def _hex_lines(values) -> str:
     return "".join(f"{v:x}\n" for v in values)
 
 
-def write_loads(config: ChannelConfig, loads: list[Load], run_dir: Path,
+def write_loads(config: ChannelConfig | AluConfig, loads: list[Load], run_dir: Path,
                 slice_rows: int = 0) -> None:
     """Write the loads' files (parameters, commands, beats) into ``run_dir``."""
-    from golden.channel import ChannelModel
-
-    checker = ChannelModel(config.replace(slice_rows=slice_rows) if slice_rows else config)
+    checker = scoreboard.model_for(config, slice_rows)
     for k, ld in enumerate(loads):
         if len(ld.commands) > PLAY_MAX or len(ld.wdata) > PLAY_MAX:
             raise ValueError(f"the player holds {PLAY_MAX} commands and beats per load; "
@@ -124,7 +132,8 @@ def write_loads(config: ChannelConfig, loads: list[Load], run_dir: Path,
                scoreboard.cycle_limit(config, len(ld.commands), ld.idle, ld.backpressure,
                                       hold_until)]
         (run_dir / f"play_par_{k}.hex").write_text(_hex_lines(par))
-        (run_dir / f"play_cmds_{k}.hex").write_text(_hex_lines(c.pack() for c in ld.commands))
+        (run_dir / f"play_cmds_{k}.hex").write_text(
+            _hex_lines(c if isinstance(c, int) else c.pack() for c in ld.commands))
         (run_dir / f"play_wdata_{k}.hex").write_text(_hex_lines(ld.wdata))
 
 
@@ -149,7 +158,7 @@ def collect(run_dir: Path, n_loads: int, what: str = "the simulator") -> list[Ob
     return out
 
 
-def run(sim: str, config: ChannelConfig, loads: list[Load], run_dir: Path,
+def run(sim: str, config: ChannelConfig | AluConfig, loads: list[Load], run_dir: Path,
         slice_rows: int = 0, times: dict | None = None) -> list[Observed]:
     """Play ``loads`` in order in one simulation; return each load's record.
     Raises ScoreboardError when a load hangs (its cycle limit) or the

@@ -68,11 +68,13 @@ def generate(config: ChannelConfig | HubConfig | AluConfig, out_dir: Path | None
     return path
 
 
-def testbench_source(channel: Path, config: ChannelConfig | None = None) -> Path:
-    """``pim_tb.v`` beside ``channel``: the template with the stream widths
-    of golden/isa.py filled in, and the ``slice_rows`` input wired to a
-    dual-path channel."""
+def testbench_source(channel: Path, config: ChannelConfig | AluConfig | None = None) -> Path:
+    """``pim_tb.v`` beside ``channel``: the template with the device under
+    test (the channel, or the ALU channel for an AluConfig) and the stream
+    widths of golden/isa.py filled in, and the ``slice_rows`` input wired to
+    a dual-path channel."""
     from golden.isa import (
+        ALU_COMMAND_FIELDS,
         COMMAND_FIELDS,
         FIELDS,
         STATUS_FIELDS,
@@ -82,8 +84,10 @@ def testbench_source(channel: Path, config: ChannelConfig | None = None) -> Path
     )
 
     out = channel.with_name(f"{TB_TOPLEVEL}.v")
-    widths = {"CMD_W": COMMAND_FIELDS, "TRACE_W": TRACE_FIELDS, "STATUS_W": STATUS_FIELDS}
-    text = TB_TEMPLATE.read_text()
+    alu = isinstance(config, AluConfig)
+    widths = {"CMD_W": ALU_COMMAND_FIELDS if alu else COMMAND_FIELDS, "TRACE_W": TRACE_FIELDS,
+              "STATUS_W": STATUS_FIELDS}
+    text = TB_TEMPLATE.read_text().replace("@DUT@", ALU_TOPLEVEL if alu else TOPLEVEL)
     for key, fields in widths.items():
         text = text.replace(f"@{key}@", str(sum(layout_widths(fields).values())))
     text = text.replace("@PLAY_ADDR_BITS@", str(PLAY_ADDR_BITS))
@@ -95,7 +99,7 @@ def testbench_source(channel: Path, config: ChannelConfig | None = None) -> Path
     text = text.replace("@TRACE_OP_LO@", str(op_lo))
     text = text.replace("@OP_PRE@", str(int(Opcode.PRE))).replace("@OP_ACT@", str(int(Opcode.ACT)))
     extra = ""
-    if config is not None and config.dual_path:
+    if isinstance(config, ChannelConfig) and config.dual_path:
         bits = max(1, (config.rows - 1).bit_length())
         extra = f",\n    .slice_rows(slice_rows[{bits - 1}:0])"
     text = text.replace("@DUT_EXTRA@", extra)

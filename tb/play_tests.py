@@ -1,6 +1,7 @@
-"""Channel tests through the standalone player (sim/fast.py): the long
-streams that need no per-cycle Python run at the simulator's own speed,
-scored by the same scoreboard as the cocotb tests (tb/scoreboard.py).
+"""Channel and ALU-channel tests through the standalone player
+(sim/fast.py): the long streams that need no per-cycle Python run at the
+simulator's own speed, scored by the same scoreboard as the cocotb tests
+(tb/scoreboard.py).
 
 Each test adds loads to a ``Player``, runs them in one simulation, and
 makes its own assertions on what came back. ``run_test`` runs one by name
@@ -19,11 +20,13 @@ from pathlib import Path
 import numpy as np
 
 from golden import numerics as nm
-from golden.channel import ChannelModel, Command, RunResult, gemv_result, mac, rd_out, wr_inp
+from golden.channel import Command, RunResult, gemv_result, mac, rd_out, wr_inp
 from golden.config import ChannelConfig
 from golden.isa import Opcode
+from golden.jitq import AluConfig
 from sim import fast
 from tb import scoreboard
+from tb.alu_stimulus import KERNEL_CASES, check_kernel, kernel_case, random_program
 from tb.scoreboard import Observed
 from tb.stimulus import dex_stream, gemv_problem, random_stream, random_word
 
@@ -32,12 +35,13 @@ CHUNK = 100_000  # commands per player load
 STREAM_COMMANDS = 20_000
 KERNEL_TOKENS = 256
 DEX_GROUPS = 1_000
+ALU_OPS = 20_000  # random ALU operations per alu_random run
 
 
 class Player:
     """Loads for one simulation of the standalone player, and their check."""
 
-    def __init__(self, sim: str, config: ChannelConfig, seed: int, run_dir: Path,
+    def __init__(self, sim: str, config: ChannelConfig | AluConfig, seed: int, run_dir: Path,
                  slice_rows: int = 0):
         self.sim, self.config, self.seed, self.run_dir = sim, config, seed, Path(run_dir)
         self.slice_rows = slice_rows
@@ -46,7 +50,7 @@ class Player:
         self.sim_wall_s = 0.0  # the simulator process (no build, no file writing)
         self.check_wall_s = 0.0  # the golden scoreboard
 
-    def add(self, commands: list[Command], wdata: list[int], idle: float = 0.2,
+    def add(self, commands: list[Command] | list[int], wdata: list[int], idle: float = 0.2,
             backpressure: float = 0.3, hold: tuple[int, int] | None = None) -> None:
         self.loads.append(fast.Load(commands, wdata, idle, backpressure,
                                     int(self.rng.integers(1, 1 << 32)), hold))
@@ -58,8 +62,7 @@ class Player:
         observed = fast.run(self.sim, self.config, self.loads, self.run_dir, self.slice_rows,
                             times=times)
         self.sim_wall_s = times["simulator_s"]  # the simulator process alone
-        cfg = self.config.replace(slice_rows=self.slice_rows) if self.slice_rows else self.config
-        model = ChannelModel(cfg)
+        model = scoreboard.model_for(self.config, self.slice_rows)
         out = []
         start = time.perf_counter()
         for ld, obs in zip(self.loads, observed, strict=True):
@@ -175,12 +178,55 @@ def dex_long(p: Player, n: int) -> dict:
             "cycles": sum(obs.cycles for obs, _ in runs), "groups": n}
 
 
+def alu_random(p: Player, n: int) -> dict:
+    """The ALU channel: ``n`` random ALU operations, loads, stores and host
+    reads (every bank written first, everything read back at the end),
+    idle 0.2, backpressure 0.2, in loads of at most CHUNK commands (the
+    registers reset between loads, the banks carry over)."""
+    done = 0
+    while done < n:
+        k = min(n - done, CHUNK - p.config.banks * (p.config.rows + 2))
+        words, beats = random_program(p.rng, k, p.config)
+        p.add(words, beats, idle=0.2, backpressure=0.2)
+        done += k
+    runs = p.run()
+    return {"commands": sum(len(ld.commands) for ld in p.loads),
+            "cycles": sum(obs.cycles for obs, _ in runs), "alu_ops": n}
+
+
+def alu_kernels(p: Player, n: int) -> dict:
+    """``n`` of the ALU channel's MX quantization kernels, taken in turn from
+    tb/alu_stimulus.py KERNEL_CASES (all five: every placement, both
+    directions, three formats, BF16 and FP32 sources), one load per kernel:
+    cycle-exact and bit-exact with golden, and the read-back equal to
+    golden.mx.quantize."""
+    cases = [kernel_case(p.config, p.rng, *KERNEL_CASES[i % len(KERNEL_CASES)])
+             for i in range(n)]
+    for case in cases:
+        p.add(case.words, case.beats, idle=0.2, backpressure=0.2)
+    runs = p.run()
+    kernel_cycles = {}
+    for case, (obs, ref) in zip(cases, runs, strict=True):
+        check_kernel(p.config, case, obs.rdata)
+        issued = [t.cycle for t in ref.trace if t.cmd_id >= case.n_load
+                  and t.cmd_id < case.n_load + case.n_kernel]
+        kernel_cycles[case.name] = issued[-1] - issued[0] if issued else 0
+    return {"commands": sum(len(c.words) for c in cases),
+            "cycles": sum(obs.cycles for obs, _ in runs), "kernels": len(cases),
+            "kernel_cycles": kernel_cycles}
+
+
+#: what a player test runs on: the PIM channel at a policy, the dual-path
+#: channel (tb/test_dex.py's configuration) or the JIT-Q ALU channel
+KINDS = ("channel", "dex", "alu")
+
+
 @dataclass(frozen=True)
 class PlayTest:
     fn: object
     policies: tuple[str, ...] = ("static", "pingpong", "dcs")
-    size: int = STREAM_COMMANDS  # commands, tokens or groups when none are given
-    dual_path: bool = False  # runs on the dual-path configuration
+    size: int = STREAM_COMMANDS  # commands, tokens, groups or repeats when none are given
+    kind: str = "channel"  # KINDS
 
 
 TESTS = {
@@ -189,15 +235,20 @@ TESTS = {
     "gemv": PlayTest(gemv, ("static", "dcs"), 256),
     "id_wrap": PlayTest(id_wrap, ("dcs",)),
     "dcs_kernel": PlayTest(dcs_kernel, size=KERNEL_TOKENS),
-    "dex_long": PlayTest(dex_long, ("static",), DEX_GROUPS, dual_path=True),
+    "dex_long": PlayTest(dex_long, ("static",), DEX_GROUPS, kind="dex"),
+    "alu_random": PlayTest(alu_random, (), ALU_OPS, kind="alu"),
+    "alu_kernels": PlayTest(alu_kernels, (), len(KERNEL_CASES), kind="alu"),
 }
 #: tests whose size the caller may scale (--stream-commands and the like)
 SCALED = ("long_dense", "long_sparse")
 
 
-def list_tests(policy: str | None = None, dual_path: bool = False) -> list[str]:
-    return [name for name, t in TESTS.items() if t.dual_path == dual_path
-            and (policy is None or policy in t.policies)]
+def list_tests(policy: str | None = None, kind: str = "channel") -> list[str]:
+    """The tests of ``kind``; of the channel at ``policy`` when given."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
+    return [name for name, t in TESTS.items() if t.kind == kind
+            and (kind != "channel" or policy is None or policy in t.policies)]
 
 
 @dataclass
@@ -217,7 +268,7 @@ def new_seed() -> int:
     return random.SystemRandom().randrange(1, 1 << 31)
 
 
-def run_test(sim: str, config: ChannelConfig, name: str, run_dir: Path,
+def run_test(sim: str, config: ChannelConfig | AluConfig, name: str, run_dir: Path,
              seed: int | None = None, size: int | None = None) -> PlayResult:
     """Run one test through the player; failures come back as a result
     with the first line of the message (the run folder keeps the record)."""
@@ -226,7 +277,10 @@ def run_test(sim: str, config: ChannelConfig, name: str, run_dir: Path,
         raise ValueError(f"{name}: size must be >= 1, not {size}")
     seed = new_seed() if seed is None else seed
     slice_rows = 0
-    if test.dual_path:
+    if (test.kind == "alu") != isinstance(config, AluConfig):
+        raise ValueError(f"{name} runs on {'an AluConfig' if test.kind == 'alu' else 'a channel'}"
+                         f", not {config!r}")
+    if test.kind == "dex":
         from golden.config import slice_rows_for
 
         slice_rows = slice_rows_for(config.rows, 1, 1)

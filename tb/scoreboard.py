@@ -2,7 +2,11 @@
 what the RTL did. One scoreboard for both ways the channel is simulated:
 the cocotb testbench (tb/bench.py) and the standalone player runs without
 cocotb (sim/fast.py). Also what the stimulus player needs to know up front
-(its done condition and cycle limit) and the parser of its record."""
+(its done condition and cycle limit) and the parser of its record.
+
+The JIT-Q ALU channel has the same stream ports, trace and status, so the
+same player and scoreboard serve it: its model is ``golden.jitq.AluChannel``
+and its commands are ALU command words (``model_for`` picks the model)."""
 
 from __future__ import annotations
 
@@ -11,7 +15,18 @@ from pathlib import Path
 
 from golden.channel import ChannelModel, Command, RunResult
 from golden.config import ChannelConfig
-from golden.isa import STATUS_FIELDS, TRACE_FIELDS, ErrorCode, Opcode, layout_widths, unpack
+from golden.isa import (
+    STATUS_FIELDS,
+    TRACE_FIELDS,
+    ErrorCode,
+    Opcode,
+    layout_widths,
+    unpack,
+    unpack_alu,
+)
+from golden.jitq import AluChannel, AluConfig
+
+Model = ChannelModel | AluChannel
 
 
 @dataclass
@@ -34,12 +49,27 @@ class ScoreboardError(AssertionError):
 _READS = (Opcode.RD, Opcode.RD_OUT)
 
 
-def expected_counts(model: ChannelModel, commands: list[Command]) -> tuple[int, int]:
+def model_for(config: ChannelConfig | AluConfig, slice_rows: int = 0) -> Model:
+    """The golden model that scores a run of ``config`` (a dual-path
+    channel split at ``slice_rows``)."""
+    if isinstance(config, AluConfig):
+        return AluChannel(config)
+    return ChannelModel(config.replace(slice_rows=slice_rows) if slice_rows else config)
+
+
+def expected_counts(model: Model, commands: list[Command] | list[int]) -> tuple[int, int]:
     """(read beats, command trace entries) a stream produces, from the
     stream alone: every command that passes the decode check issues once
     (an ACT-AHEAD shows only as the PRE/ACT it causes) and every good read
     returns one beat. The player's done condition; no model run needed."""
     n_rdata = n_trace = 0
+    if isinstance(model, AluChannel):
+        for word in commands:
+            c = unpack_alu(word)
+            if model.check(c) == ErrorCode.NONE:
+                n_rdata += c["opcode"] == Opcode.RD
+                n_trace += 1
+        return n_rdata, n_trace
     for cmd in commands:
         if model.check(cmd)[0] != ErrorCode.NONE:
             continue
@@ -48,7 +78,7 @@ def expected_counts(model: ChannelModel, commands: list[Command]) -> tuple[int, 
     return n_rdata, n_trace
 
 
-def quiet_cycles(config: ChannelConfig) -> int:
+def quiet_cycles(config: ChannelConfig | AluConfig) -> int:
     """Cycles without a trace entry after the last expected one before the
     player stops: longer than any wait between two entries of the tail
     (an ACT-AHEAD's PRE and ACT), so a stray issue is still recorded."""
@@ -56,8 +86,8 @@ def quiet_cycles(config: ChannelConfig) -> int:
     return t.t_ras + t.t_rp + t.t_rcd + t.t_faw + max(t.t_wr_inp, t.t_mac, t.t_rd_out) + 16
 
 
-def cycle_limit(config: ChannelConfig, n_commands: int, idle: float, backpressure: float,
-                hold_until: int = 0) -> int:
+def cycle_limit(config: ChannelConfig | AluConfig, n_commands: int, idle: float,
+                backpressure: float, hold_until: int = 0) -> int:
     """A run that takes longer has hung: every command a row miss, slowed
     by the flow control, twice over."""
     t = config.timing
@@ -106,14 +136,19 @@ def status_tuple(word: int) -> tuple[int, int, int]:
     return st["err_code"], st["err_id"], st["err_count"]
 
 
-def check(model: ChannelModel, commands: list[Command], wdata: list[int], obs: Observed,
+def check(model: Model, commands: list[Command] | list[int], wdata: list[int], obs: Observed,
           seed: int | None = None) -> RunResult:
     """Run ``model`` on the observed arrival and pop cycles (from reset: the
-    OBuf registers cleared, the memories kept) and compare the issue trace
-    cycle for cycle, the read beats bit for bit and the sticky status.
-    Raises ScoreboardError naming the first difference."""
+    OBuf registers, or the ALU registers and counters, cleared; the
+    memories kept) and compare the issue trace cycle for cycle, the read
+    beats bit for bit and the sticky status. Raises ScoreboardError naming
+    the first difference."""
     replay = f"; seed {seed}" if seed is not None else ""
-    model.obuf[:] = 0
+    if isinstance(model, AluChannel):
+        model.regs[:] = 0
+        model.counters[:] = 0
+    else:
+        model.obuf[:] = 0
     ref = model.run(commands, wdata, obs.cmd_arrivals, obs.wdata_arrivals, obs.rdata_pops)
     want = [(t.cmd_id, int(t.opcode), t.cycle) for t in ref.trace]
     for i, (g, w) in enumerate(zip(obs.trace, want, strict=False)):

@@ -6,8 +6,12 @@ write-data streams (random idle cycles) and the read-data sink (random
 backpressure) from pre-built lists, and samples the handshakes and the issue
 trace. The golden channel then runs on the observed arrival and pop cycles:
 the trace must match cycle for cycle and the read beats bit for bit. The
-kernel tests load tiles with host WRs, run a quantization kernel, read the
-outputs back with RDs and compare them with the MX quantizer."""
+kernel test loads tiles with host WRs, runs a quantization kernel, reads the
+outputs back with RDs and compares them with the MX quantizer.
+
+The long random program and the other kernels need no per-cycle Python:
+they run through the standalone player (tb/play_tests.py ``alu_random``,
+``alu_kernels``)."""
 
 from __future__ import annotations
 
@@ -23,20 +27,8 @@ from cocotb.triggers import ClockCycles, FallingEdge
 from golden import numerics
 from golden.config import Timing
 from golden.isa import STATUS_FIELDS, TRACE_FIELDS, Opcode, unpack
-from golden.jitq import (
-    AluChannel,
-    AluConfig,
-    KernelLayout,
-    alu,
-    host_load,
-    host_rd,
-    host_readback,
-    host_wr,
-    kernel,
-    parse_readback,
-)
-from golden.mx import FORMATS, quantize
-from tb.alu_stimulus import random_beat, random_program
+from golden.jitq import AluChannel, AluConfig, alu, host_rd, host_wr
+from tb.alu_stimulus import check_kernel, kernel_case, random_beat
 
 CLOCK_NS = 10
 IDLE, BACKPRESSURE = 0.2, 0.2
@@ -151,43 +143,13 @@ class AluTB:
 async def _kernel(dut, placement, direction, fmt_name, source="bf16"):
     tb = AluTB(dut)
     await tb.reset()
-    cfg = tb.cfg
-    lay = KernelLayout(placement, 1, cfg.cols, cfg.rows, source)
-    n = cfg.banks
-    x = (tb.rng.standard_normal((n, 16, 16)) *
-         np.exp2(tb.rng.integers(-8, 8, (n, 16, 1)))).astype(np.float32)
-    bits = x.view(np.uint32) if source == "fp32" else (x.view(np.uint32) >> 16).astype(np.uint16)
-    if source == "bf16":
-        bits[0, 3, 5] = 0x7F80  # Inf: a NaN block
-        bits[1 % n, 7] = 0  # a zero row
-    load, beats = host_load(cfg, lay, bits)
-    program = kernel(lay, direction, FORMATS[fmt_name])
-    back = host_readback(cfg, lay, direction)
-    words = load + program + back
-    obs = await tb.run(words, beats)
-    ref = tb.check(words, beats, obs)
-    codes, es, micro = parse_readback(cfg, lay, direction, obs["rdata"])
-    src = bits.reshape(n, 1, 16, 16)
-    if direction == "col":
-        src = src.transpose(0, 1, 3, 2)
-    q = quantize(src, FORMATS[fmt_name], source)
-    assert np.array_equal(codes, q.codes.reshape(codes.shape)), "codes differ from mx.quantize"
-    assert np.array_equal(es, q.shared.reshape(es.shape)), "shared exponents differ"
-    assert np.array_equal(micro, q.micro.reshape(micro.shape)), "micro bits differ"
-    kernel_cycles = [t.cycle for t in ref.trace if t.cmd_id >= len(load)]
-    tb.log.info("%s %s %s %s: %d kernel commands, %d cycles (RTL = golden)", placement,
-                direction, fmt_name, source, len(program),
+    case = kernel_case(tb.cfg, tb.rng, placement, direction, fmt_name, source)
+    obs = await tb.run(case.words, case.beats)
+    ref = tb.check(case.words, case.beats, obs)
+    check_kernel(tb.cfg, case, obs["rdata"])
+    kernel_cycles = [t.cycle for t in ref.trace if t.cmd_id >= case.n_load]
+    tb.log.info("%s: %d kernel commands, %d cycles (RTL = golden)", case.name, case.n_kernel,
                 kernel_cycles[-1] - kernel_cycles[0] if kernel_cycles else 0)
-
-
-@cocotb.test()
-async def random_alu_program(dut):
-    """Every ALU operation, loads, stores and host traffic under flow control."""
-    tb = AluTB(dut)
-    await tb.reset()
-    words, beats = random_program(tb.rng, int(os.environ.get("PIMORCH_ALU_OPS", "1500")), tb.cfg)
-    obs = await tb.run(words, beats)
-    tb.check(words, beats, obs)
 
 
 @cocotb.test()
@@ -209,23 +171,3 @@ async def bad_commands(dut):
 @cocotb.test()
 async def kernel_tiled_row_mx4(dut):
     await _kernel(dut, "tiled", "row", "MX4")
-
-
-@cocotb.test()
-async def kernel_tiled_col_mx6(dut):
-    await _kernel(dut, "tiled", "col", "MX6")
-
-
-@cocotb.test()
-async def kernel_strided_row_mx9(dut):
-    await _kernel(dut, "strided", "row", "MX9")
-
-
-@cocotb.test()
-async def kernel_strided_counter_col_mx4(dut):
-    await _kernel(dut, "strided-counter", "col", "MX4")
-
-
-@cocotb.test()
-async def kernel_strided_counter_row_fp32_mx6(dut):
-    await _kernel(dut, "strided-counter", "row", "MX6", source="fp32")

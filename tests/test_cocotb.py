@@ -87,19 +87,17 @@ def test_hub_rtl_matches_golden(sim, policy, test, request):
                                     f"(log: {test_dir / 'sim.log'})"
 
 
-#: Icarus runs one kernel per placement (a strided group is about 100K
-#: cycles, near a minute there); Verilator runs every test.
-ALU_ICARUS = ("random_alu_program", "bad_commands", "kernel_tiled_row_mx4",
-              "kernel_tiled_col_mx6", "kernel_strided_row_mx9", "kernel_strided_counter_col_mx4")
-
-
+#: The ALU channel's cocotb tests (the bad-command stream and one kernel):
+#: under Icarus here, under Verilator in make test-full. The long random
+#: program and every kernel run through the standalone player under both
+#: simulators (tests/test_fast.py).
 @pytest.mark.parametrize("sim, test", [
     pytest.param(sim, test, id=f"{sim}-alu-{test}", marks=build_group("alu"))
-    for sim in SIMS for test in runner.list_tests(module_name=runner.ALU_TB_MODULE)
-    if sim == "verilator" or test in ALU_ICARUS])
+    for sim in SIMS for test in runner.list_tests(module_name=runner.ALU_TB_MODULE)])
 def test_alu_rtl_matches_golden(sim, test, request):
     from sim.generate import ALU_TEST_CONFIG
 
+    skip_unless_full(sim, "alu", request)
     need(sim)
     results, test_dir = runner.run(sim, [test], config=ALU_TEST_CONFIG,
                                    seed=seed_option(request), run_name=f"pytest-alu-{test}")

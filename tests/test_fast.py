@@ -9,9 +9,11 @@ import pytest
 
 from golden.channel import ChannelModel
 from golden.config import POLICIES, small_config
+from golden.jitq import AluConfig
 from sim import fast
-from sim.generate import BUILD, CONFIGS, dex_test_config
+from sim.generate import ALU_TEST_CONFIG, BUILD, CONFIGS, dex_test_config
 from tb import play_tests, scoreboard
+from tb.alu_stimulus import random_program
 from tb.stimulus import dex_stream, random_stream
 from tests.conftest import build_group, full_run, seed_option
 
@@ -19,7 +21,8 @@ SIMS = ["verilator", "icarus"]
 #: sizes under Icarus (about 2,400 cycles per second there); Verilator runs
 #: each test at its own size (tb/play_tests.py)
 ICARUS_SIZE = {"long_dense": 3000, "long_sparse": 3000, "dex_long": 200, "dcs_kernel": 64,
-               "gemv": 64}
+               "gemv": 64, "alu_random": 1500,
+               "alu_kernels": 4}  # every placement; the FP32-source kernel in Verilator
 #: 2 x 65,600 commands: under Icarus only in make test-full
 ICARUS_FULL_ONLY = ("id_wrap",)
 pytestmark = [pytest.mark.cocotb, build_group("dcs")]  # the tests below use the DCS models
@@ -31,9 +34,12 @@ def cases():
             for test in play_tests.list_tests(policy):
                 yield pytest.param(sim, small_config().replace(policy=policy), test,
                                    id=f"{sim}-{policy}-{test}", marks=build_group(policy))
-        for test in play_tests.list_tests(dual_path=True):
+        for test in play_tests.list_tests(kind="dex"):
             yield pytest.param(sim, dex_test_config(), test, id=f"{sim}-dex-{test}",
                                marks=build_group("dex"))
+        for test in play_tests.list_tests(kind="alu"):
+            yield pytest.param(sim, ALU_TEST_CONFIG, test, id=f"{sim}-alu-{test}",
+                               marks=build_group("alu"))
     # the gddr6-aim geometry (16 banks x 64 words per row, 64 rows): make test-full
     yield pytest.param("verilator", CONFIGS["full16"](), "long_sparse",
                        id="verilator-full16-long_sparse", marks=build_group("full16"))
@@ -50,7 +56,10 @@ def test_player_matches_golden(sim, config, test, request):
         size = ICARUS_SIZE.get(test)
     if test in play_tests.SCALED:
         size = request.config.getoption("--stream-commands") or size
-    name = f"{config.policy}{'-dex' if config.dual_path else ''}-{config.banks}b-{test}"
+    if isinstance(config, AluConfig):
+        name = f"alu-{config.banks}b-{test}"
+    else:
+        name = f"{config.policy}{'-dex' if config.dual_path else ''}-{config.banks}b-{test}"
     r = play_tests.run_test(sim, config, test, BUILD / "fast" / "runs" / sim / f"pytest-{name}",
                             seed=seed_option(request), size=size)
     assert r.passed, f"{r.message} (seed {r.seed}; run folder {r.run_dir})"
@@ -139,6 +148,50 @@ def _check_counts(cfg, cmds, wdata):
     assert n_rdata == len(ref.rdata)
     assert n_trace == sum(e.opcode not in (Opcode.PRE, Opcode.ACT) for e in ref.trace)
     assert n_trace < len(ref.trace)  # the stream opens rows: PRE/ACT are not counted
+
+
+def test_alu_expected_counts_match_golden():
+    """The same done condition for the ALU channel: random programs with
+    bad commands (a malformed word every 20) count the read beats and trace
+    entries the golden ALU channel gives."""
+    from golden.isa import Opcode
+    from golden.jitq import AluChannel
+
+    rng = np.random.default_rng(5)
+    words, beats = random_program(rng, 600, ALU_TEST_CONFIG)
+    words = [w ^ (int(rng.integers(1, 1 << 20)) << 20) if i % 20 == 7 else w
+             for i, w in enumerate(words)]
+    ref = AluChannel(ALU_TEST_CONFIG).run(words, beats)
+    assert ref.status.err_count > 0
+    n_rdata, n_trace = scoreboard.expected_counts(AluChannel(ALU_TEST_CONFIG), words)
+    assert n_rdata == len(ref.rdata)
+    assert n_trace == sum(e.opcode not in (Opcode.PRE, Opcode.ACT) for e in ref.trace)
+
+
+@build_group("alu")
+@pytest.mark.parametrize("sim", SIMS)
+def test_alu_record_checked(sim, tmp_path):
+    """The ALU channel through the player: a kernel's record passes the
+    scoreboard and the quantizer check, and inverted read beats fail both;
+    a second load (registers reset, banks carried over) passes too."""
+    from golden.jitq import AluChannel
+    from tb.alu_stimulus import KERNEL_CASES, check_kernel, kernel_case
+
+    rng = np.random.default_rng(8)
+    case = kernel_case(ALU_TEST_CONFIG, rng, *KERNEL_CASES[0])
+    words, beats = random_program(rng, 200, ALU_TEST_CONFIG)
+    loads = [fast.Load(case.words, case.beats, 0.2, 0.2, 99), fast.Load(words, beats, 0.2, 0.2, 7)]
+    obs_k, obs_r = fast.run(sim, ALU_TEST_CONFIG, loads, tmp_path / "run")
+    model = AluChannel(ALU_TEST_CONFIG)
+    scoreboard.check(model, case.words, case.beats, obs_k)
+    check_kernel(ALU_TEST_CONFIG, case, obs_k.rdata)
+    bad = scoreboard.Observed(**{**obs_k.__dict__,
+                                 "rdata": [r ^ ((1 << 256) - 1) for r in obs_k.rdata]})
+    with pytest.raises(scoreboard.ScoreboardError, match="read beat"):
+        scoreboard.check(AluChannel(ALU_TEST_CONFIG), case.words, case.beats, bad)
+    with pytest.raises(AssertionError, match="differ"):
+        check_kernel(ALU_TEST_CONFIG, case, bad.rdata)
+    scoreboard.check(model, words, beats, obs_r)  # the banks carried over from the kernel
 
 
 @pytest.mark.parametrize("sim", SIMS)
