@@ -86,7 +86,8 @@ def cmd_sim(args) -> int:
               play_tests.list_tests(policy)) for policy in policies]
     if not args.no_hub:
         hub_tests = runner.list_tests(module_name=runner.HUB_TB_MODULE)
-        parts += [(f"hub-{policy}", small_hub_config(policy), hub_tests, [])
+        parts += [(f"hub-{policy}", small_hub_config(policy), hub_tests,
+                   play_tests.list_tests(policy, kind="hub"))
                   for policy in policies if policy in runner.HUB_POLICIES]
     if not args.no_alu:
         from sim.generate import ALU_TEST_CONFIG
@@ -144,7 +145,9 @@ def cmd_sim(args) -> int:
                   flush=True)
             if not r.passed:
                 print(f"        {r.message.splitlines()[0] if r.message else ''}")
-                policy = f" --policy {config.policy}" if hasattr(config, "policy") else ""
+                policy = getattr(config, "policy", None) or getattr(
+                    getattr(config, "channel", None), "policy", None)
+                policy = f" --policy {policy}" if policy else ""
                 print(f"        replay: pimorch sim --sim {args.sim}{policy} "
                       f"--test {name} --seed {r.seed}"
                       + (f" --stream-commands {size}" if size else ""))

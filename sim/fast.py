@@ -25,13 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from golden.channel import Command
-from golden.config import ChannelConfig
+from golden.config import ChannelConfig, HubConfig
 from golden.jitq import AluConfig
 from sim.generate import (
     BUILD,
+    HUB_PLAY_TOPLEVEL,
     PLAY_MAX,
     config_key,
     generate,
+    hub_play_source,
     icarus_source,
     kind,
     testbench_source,
@@ -65,18 +67,24 @@ class BuildInfo:
     wall_s: float
 
 
-def build_dir(sim: str, config: ChannelConfig | AluConfig) -> Path:
+def build_dir(sim: str, config: ChannelConfig | AluConfig | HubConfig) -> Path:
     """One folder per simulator, configuration (RTL and testbench sources
     included) and build recipe (this file and the Verilator clock loop)."""
     return BUILD / "fast" / f"{kind(config)[1]}{sim}-{config_key(config)}-{_RECIPE}"
 
 
-def build(sim: str, config: ChannelConfig | AluConfig, jobs: int = 2) -> BuildInfo:
-    """Build the standalone player model of ``config`` (reused when current)."""
+def build(sim: str, config: ChannelConfig | AluConfig | HubConfig, jobs: int = 2) -> BuildInfo:
+    """Build the standalone player model of ``config`` (reused when current):
+    ``pim_play`` around a channel or ALU channel, ``hub_play`` around the
+    PIM module for a HubConfig. The model class is Vpim_play either way
+    (one clock loop, tb/pim_play_main.cpp)."""
     require_simulator(sim)
     started = time.perf_counter()
     rtl = generate(config)
-    tb = testbench_source(rtl, config)
+    if isinstance(config, HubConfig):
+        tb, top = hub_play_source(rtl, config), HUB_PLAY_TOPLEVEL
+    else:
+        tb, top = testbench_source(rtl, config), TOP
     folder = build_dir(sim, config)
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / ("Vpim_play" if sim == "verilator" else "pim_play.vvp")
@@ -88,12 +96,13 @@ def build(sim: str, config: ChannelConfig | AluConfig, jobs: int = 2) -> BuildIn
         if sim == "verilator":
             obj = folder / "obj"
             cmd = [shutil.which("verilator"), "--cc", "--exe", "--build", "-j", str(jobs),
-                   "--top-module", TOP, "--x-assign", "fast", "--x-initial", "fast",
+                   "--top-module", top, "--prefix", "Vpim_play",
+                   "--x-assign", "fast", "--x-initial", "fast",
                    "--no-timing", "--timescale", "1ns/1ps", *VERILATOR_WAIVERS,
                    "-Mdir", str(obj), "-o", "Vpim_play",
                    str(rtl.resolve()), str(tb.resolve()), str(MAIN_CPP)]
         else:
-            cmd = ["iverilog", "-g2012", "-s", TOP, "-o", str(target.with_suffix(".tmp")),
+            cmd = ["iverilog", "-g2012", "-s", top, "-o", str(target.with_suffix(".tmp")),
                    str(icarus_source(rtl).resolve()), str(tb.resolve())]
         env = dict(os.environ)
         if sim == "verilator":
@@ -102,7 +111,7 @@ def build(sim: str, config: ChannelConfig | AluConfig, jobs: int = 2) -> BuildIn
         with open(log, "w") as out:
             done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
         if done.returncode != 0:
-            raise ToolError(f"{sim} build of {TOP} failed; see {log}")
+            raise ToolError(f"{sim} build of {top} failed; see {log}")
         if sim == "verilator":
             (folder / "obj" / "Vpim_play").replace(target)
         else:
@@ -210,3 +219,85 @@ def run_under_cocotb(sim: str, config: ChannelConfig, loads: list[Load], run_dir
                               f"{results[0].message if results else 'no result'}; "
                               f"see {test_dir / 'sim.log'}")
     return collect(test_dir, len(loads), what="cocotb"), results[0].wall_s
+
+
+def run_hub(sim: str, config: HubConfig, calls: list, run_dir: Path,
+            max_wait: int = 200_000, times: dict | None = None):
+    """Play host calls (golden.dpa.HostCall) on the PIM module in one
+    standalone simulation; return its HubRecord (tb/hub_scoreboard.py).
+    Raises HubScoreboardError when a call gets no response in ``max_wait``
+    cycles or the simulator stops early."""
+    from golden.isa import HOST_FIELDS, RESPONSE_FIELDS, pack, unpack
+    from tb.hub_scoreboard import CallRecord, HubRecord, HubScoreboardError
+
+    if not calls:
+        raise ValueError("no host calls to play")
+    if len(calls) > PLAY_MAX:
+        raise ValueError(f"the hub player holds {PLAY_MAX} host calls, not {len(calls)}")
+    exe = build(sim, config).path
+    run_dir = Path(run_dir)
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    t0 = time.perf_counter()
+    (run_dir / "hub_par.hex").write_text(_hex_lines([len(calls), max_wait]))
+    (run_dir / "hub_calls.hex").write_text(_hex_lines(
+        pack(HOST_FIELDS, {"host_op": int(c.op), "req_id": c.req_id, "arg_a": c.arg_a,
+                           "arg_b": c.arg_b, "data": c.data}) for c in calls))
+    cmd = [str(exe.resolve())] if sim == "verilator" else ["vvp", "-n", str(exe.resolve())]
+    t1 = time.perf_counter()
+    with open(run_dir / "sim.log", "w") as log:
+        done = subprocess.run(cmd, cwd=run_dir, stdout=log, stderr=subprocess.STDOUT)
+    t2 = time.perf_counter()
+    rec = HubRecord(config.n_channels)
+    accepted = None
+    path = run_dir / "hub_record.txt"
+    ended = False
+    with open(path) as f:
+        for line in f:
+            kind, *rest = line.split()
+            if kind == "H":
+                c, bits = int(rest[0]), [int(x, 16) for x in rest[1:]]
+                for log_, b in zip((rec.acc, rec.wacc, rec.pops), bits, strict=True):
+                    for ch in range(config.n_channels):
+                        if b >> ch & 1:
+                            log_[ch].append(c)
+            elif kind == "T":
+                word = int(rest[1], 16)
+                rec.traces[int(rest[0])].append(_TRACE(word))
+            elif kind == "L":
+                rec.loads.append((int(rest[0]), int(rest[1], 16), int(rest[2], 16),
+                                  int(rest[3])))
+            elif kind == "A":
+                accepted = int(rest[0])
+            elif kind == "P":
+                rsp = unpack(RESPONSE_FIELDS, int(rest[1], 16))
+                rec.calls.append(CallRecord(accepted, int(rest[0]), rsp["rsp_code"],
+                                            rsp["data"]))
+            elif kind == "E":
+                rec.cycle, ended = int(rest[0]), True
+            elif kind == "X":
+                raise HubScoreboardError(f"hub player: call {rest[0]} ({calls[int(rest[0])]}) "
+                                         f"got no response in {max_wait} cycles (cycle "
+                                         f"{rest[1]}); record in {path}")
+            else:
+                raise HubScoreboardError(f"{path}: unknown record line {line.strip()!r}")
+    if not ended:
+        raise HubScoreboardError(f"{sim} (exit status {done.returncode}) stopped after "
+                                 f"{len(rec.calls)} of {len(calls)} calls; see "
+                                 f"{run_dir / 'sim.log'}")
+    if times is not None:
+        times.update(write_s=t1 - t0, simulator_s=t2 - t1, read_s=time.perf_counter() - t2)
+    return rec
+
+
+def _trace_fields():
+    from golden.isa import TRACE_FIELDS, unpack
+
+    def decode(word: int) -> tuple[int, int, int]:
+        t = unpack(TRACE_FIELDS, word)
+        return t["cmd_id"], t["opcode"], t["cycle"]
+    return decode
+
+
+_TRACE = _trace_fields()

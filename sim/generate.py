@@ -18,6 +18,8 @@ HUB_TOPLEVEL = "pim_module"  # the HUB and its channels (cocotb toplevel of tb/t
 ALU_TOPLEVEL = "pim_alu"  # the JIT-Q ALU channel (cocotb toplevel of tb/test_alu.py)
 TB_TOPLEVEL = "pim_tb"  # the cocotb toplevel: the channel plus the stimulus player
 TB_TEMPLATE = Path(__file__).resolve().parent.parent / "tb" / "pim_tb.v.in"
+HUB_PLAY_TEMPLATE = TB_TEMPLATE.with_name("hub_play.v.in")  # the PIM module's standalone player
+HUB_PLAY_TOPLEVEL = "hub_play"
 PLAY_ADDR_BITS = 18  # the player holds up to 2**18 commands and write beats per load
 PLAY_MAX = 1 << PLAY_ADDR_BITS
 BUILD = Path("build")
@@ -27,7 +29,8 @@ def config_key(config: ChannelConfig | HubConfig | AluConfig) -> str:
     text = json.dumps(dataclasses.asdict(config), sort_keys=True)
     sources = sorted(Path(__file__).resolve().parent.parent.joinpath("hw").glob("*.py"))
     digest = hashlib.sha256(text.encode())
-    for src in [*sources, TB_TEMPLATE, Path(__file__).resolve()]:  # regenerate on RTL changes
+    for src in [*sources, TB_TEMPLATE, HUB_PLAY_TEMPLATE,
+                Path(__file__).resolve()]:  # regenerate on RTL changes
         digest.update(src.read_bytes())
     return digest.hexdigest()[:12]
 
@@ -105,6 +108,46 @@ def testbench_source(channel: Path, config: ChannelConfig | AluConfig | None = N
     text = text.replace("@DUT_EXTRA@", extra)
     if re.search(r"@[A-Z_]+@", text):
         raise RuntimeError(f"{TB_TEMPLATE}: a placeholder was not filled")
+    if not out.is_file() or out.read_text() != text:
+        tmp = out.with_suffix(f".{os.getpid()}.tmp")  # parallel test workers
+        tmp.write_text(text)
+        tmp.replace(out)
+    return out
+
+
+def hub_play_source(module: Path, config: HubConfig) -> Path:
+    """``hub_play.v`` beside ``module`` (the PIM module's Verilog): the
+    template with the host, response, command and trace widths of
+    golden/isa.py and one trace port per channel filled in."""
+    from golden.isa import (
+        COMMAND_FIELDS,
+        HOST_FIELDS,
+        RESPONSE_FIELDS,
+        TRACE_FIELDS,
+        layout_widths,
+    )
+
+    def width(fields):
+        return str(sum(layout_widths(fields).values()))
+
+    n = config.n_channels
+    tw = width(TRACE_FIELDS)
+    text = HUB_PLAY_TEMPLATE.read_text()
+    for key, value in (("HOST_W", width(HOST_FIELDS)), ("RSP_W", width(RESPONSE_FIELDS)),
+                       ("CMD_W", width(COMMAND_FIELDS)), ("N", str(n)),
+                       ("PLAY_ADDR_BITS", str(PLAY_ADDR_BITS))):
+        text = text.replace(f"@{key}@", value)
+    text = text.replace("@TRACE_WIRES@", "".join(
+        f"  wire trace_{c}_valid;\n  wire [{tw}-1:0] trace_{c}_payload;\n" for c in range(n)))
+    text = text.replace("@TRACE_PORTS@", "".join(
+        f",\n    .trace_{c}__valid(trace_{c}_valid), .trace_{c}__payload(trace_{c}_payload)"
+        for c in range(n)))
+    text = text.replace("@TRACE_RECORD@", "\n".join(
+        f'      if (trace_{c}_valid) $fwrite(fd, "T {c} %h\\n", trace_{c}_payload);'
+        for c in range(n)))
+    if re.search(r"@[A-Z_]+@", text):
+        raise RuntimeError(f"{HUB_PLAY_TEMPLATE}: a placeholder was not filled")
+    out = module.with_name(f"{HUB_PLAY_TOPLEVEL}.v")
     if not out.is_file() or out.read_text() != text:
         tmp = out.with_suffix(f".{os.getpid()}.tmp")  # parallel test workers
         tmp.write_text(text)

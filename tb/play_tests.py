@@ -21,7 +21,7 @@ import numpy as np
 
 from golden import numerics as nm
 from golden.channel import Command, RunResult, gemv_result, mac, rd_out, wr_inp
-from golden.config import ChannelConfig
+from golden.config import ChannelConfig, HubConfig
 from golden.isa import Opcode
 from golden.jitq import AluConfig
 from sim import fast
@@ -69,6 +69,20 @@ class Player:
             out.append((obs, scoreboard.check(model, ld.commands, ld.wdata, obs, self.seed)))
         self.check_wall_s = time.perf_counter() - start
         return out
+
+    def play_hub(self, calls: list) -> tuple:
+        """The PIM module (a HubConfig): play host calls in one simulation,
+        then score the record against the golden HUB and channels
+        (tb/hub_scoreboard.py). Returns (HubRecord, HubCheck)."""
+        from tb import hub_scoreboard
+
+        times: dict = {}
+        rec = fast.run_hub(self.sim, self.config, calls, self.run_dir, times=times)
+        self.sim_wall_s = times["simulator_s"]
+        start = time.perf_counter()
+        result = hub_scoreboard.check(self.config, calls, rec)
+        self.check_wall_s = time.perf_counter() - start
+        return rec, result
 
     def discard_records(self) -> None:
         """Delete the load files and records of a passed run (they can be
@@ -216,9 +230,51 @@ def alu_kernels(p: Player, n: int) -> dict:
             "kernel_cycles": kernel_cycles}
 
 
+def hub_qkt(p: Player, n: int) -> dict:
+    """The PIM module: a QK^T decode session of ``n`` steps for two requests
+    with interleaved chunks (tb/hub_stimulus.py qkt_case); every response,
+    multicast load and channel trace equal to golden, the scores to numpy."""
+    from tb.hub_stimulus import check_qkt_scores, qkt_case
+
+    case = qkt_case(p.config, steps=n, seed=p.seed % 1000)
+    rec, result = p.play_hub(case.calls)
+    check_qkt_scores(p.config, case, result.responses)
+    return {"commands": result.channel_commands, "cycles": rec.cycle,
+            "host_calls": len(case.calls), "steps": n, "step_bubbles": result.bubbles}
+
+
+def hub_faults(p: Player, n: int) -> dict:
+    """The PIM module: one scenario per fault code, one after another
+    (tb/hub_stimulus.py fault_scenarios), each checked for its code."""
+    from tb.hub_stimulus import check_fault, fault_scenarios
+
+    scenarios = fault_scenarios(p.config)
+    calls = [c for cs in scenarios.values() for c in cs]
+    rec, result = p.play_hub(calls)
+    k = 0
+    for code, cs in scenarios.items():
+        check_fault(code, cs, result.responses[k:k + len(cs)])
+        k += len(cs)
+    return {"commands": result.channel_commands, "cycles": rec.cycle,
+            "host_calls": len(calls), "faults": len(scenarios)}
+
+
+def hub_host_errors(p: Player, n: int) -> dict:
+    """The PIM module: bad host operations get BAD_OP / BAD_ARG."""
+    from tb.hub_stimulus import check_host_errors, host_error_calls
+
+    calls = host_error_calls(p.config)
+    rec, result = p.play_hub(calls)
+    check_host_errors(result.responses)
+    return {"commands": result.channel_commands, "cycles": rec.cycle,
+            "host_calls": len(calls)}
+
+
 #: what a player test runs on: the PIM channel at a policy, the dual-path
-#: channel (tb/test_dex.py's configuration) or the JIT-Q ALU channel
-KINDS = ("channel", "dex", "alu")
+#: channel (tb/test_dex.py's configuration), the JIT-Q ALU channel, or the
+#: PIM module (HUB and channels at a policy)
+KINDS = ("channel", "dex", "alu", "hub")
+HUB_STEPS = 4
 
 
 @dataclass(frozen=True)
@@ -238,6 +294,9 @@ TESTS = {
     "dex_long": PlayTest(dex_long, ("static",), DEX_GROUPS, kind="dex"),
     "alu_random": PlayTest(alu_random, (), ALU_OPS, kind="alu"),
     "alu_kernels": PlayTest(alu_kernels, (), len(KERNEL_CASES), kind="alu"),
+    "hub_qkt": PlayTest(hub_qkt, ("static", "dcs"), HUB_STEPS, kind="hub"),
+    "hub_faults": PlayTest(hub_faults, ("static", "dcs"), 1, kind="hub"),
+    "hub_host_errors": PlayTest(hub_host_errors, ("static", "dcs"), 1, kind="hub"),
 }
 #: tests whose size the caller may scale (--stream-commands and the like)
 SCALED = ("long_dense", "long_sparse")
@@ -248,7 +307,7 @@ def list_tests(policy: str | None = None, kind: str = "channel") -> list[str]:
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
     return [name for name, t in TESTS.items() if t.kind == kind
-            and (kind != "channel" or policy is None or policy in t.policies)]
+            and (kind not in ("channel", "hub") or policy is None or policy in t.policies)]
 
 
 @dataclass
@@ -277,9 +336,9 @@ def run_test(sim: str, config: ChannelConfig | AluConfig, name: str, run_dir: Pa
         raise ValueError(f"{name}: size must be >= 1, not {size}")
     seed = new_seed() if seed is None else seed
     slice_rows = 0
-    if (test.kind == "alu") != isinstance(config, AluConfig):
-        raise ValueError(f"{name} runs on {'an AluConfig' if test.kind == 'alu' else 'a channel'}"
-                         f", not {config!r}")
+    want = {"alu": AluConfig, "hub": HubConfig}.get(test.kind, ChannelConfig)
+    if not isinstance(config, want):
+        raise ValueError(f"{name} runs on a {want.__name__}, not {config!r}")
     if test.kind == "dex":
         from golden.config import slice_rows_for
 

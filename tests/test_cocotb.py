@@ -64,10 +64,12 @@ def test_rtl_matches_golden(sim, policy, test, request):
                                     f"(log: {test_dir / 'sim.log'})"
 
 
-#: The PIM module with DCS channels runs under Icarus in make test; its
-#: Verilator model (the longest build of the suite, about 5 minutes on two
-#: busy cores) is built by make sim, or with pytest --full / PIMORCH_FULL=1.
-HUB_FULL_ONLY = ("verilator", "dcs")
+#: The PIM module's cocotb tests run under Icarus in make test; under
+#: Verilator (the cocotb model with DCS channels is the longest build of
+#: the suite, about 5 minutes on two busy cores) in make sim and make
+#: test-full. The same sessions run through the standalone player under
+#: Verilator in make test (tests/test_fast.py; its model builds in about a
+#: minute).
 
 
 @pytest.mark.parametrize("sim, policy, test", [
@@ -76,8 +78,7 @@ HUB_FULL_ONLY = ("verilator", "dcs")
     for sim in SIMS for policy in runner.HUB_POLICIES
     for test in runner.list_tests(module_name=runner.HUB_TB_MODULE)])
 def test_hub_rtl_matches_golden(sim, policy, test, request):
-    if (sim, policy) == HUB_FULL_ONLY and not full_run(request):
-        pytest.skip("the Verilator model with DCS channels runs in make sim or with --full")
+    skip_unless_full(sim, f"hub-{policy}", request)
     need(sim)
     results, test_dir = runner.run(sim, [test], config=small_hub_config(policy),
                                    seed=seed_option(request),

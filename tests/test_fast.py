@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from golden.channel import ChannelModel
-from golden.config import POLICIES, small_config
+from golden.config import POLICIES, ChannelConfig, HubConfig, small_config, small_hub_config
 from golden.jitq import AluConfig
 from sim import fast
 from sim.generate import ALU_TEST_CONFIG, BUILD, CONFIGS, dex_test_config
@@ -23,8 +23,10 @@ SIMS = ["verilator", "icarus"]
 ICARUS_SIZE = {"long_dense": 3000, "long_sparse": 3000, "dex_long": 200, "dcs_kernel": 64,
                "gemv": 64, "alu_random": 1500,
                "alu_kernels": 4}  # every placement; the FP32-source kernel in Verilator
-#: 2 x 65,600 commands: under Icarus only in make test-full
-ICARUS_FULL_ONLY = ("id_wrap",)
+#: 2 x 65,600 commands, and the PIM module's sessions (about 500 cycles per
+#: second; its cocotb tests run under Icarus in make test): under Icarus
+#: only in make test-full
+ICARUS_FULL_ONLY = ("id_wrap", "hub_qkt", "hub_faults", "hub_host_errors")
 pytestmark = [pytest.mark.cocotb, build_group("dcs")]  # the tests below use the DCS models
 
 
@@ -40,6 +42,11 @@ def cases():
         for test in play_tests.list_tests(kind="alu"):
             yield pytest.param(sim, ALU_TEST_CONFIG, test, id=f"{sim}-alu-{test}",
                                marks=build_group("alu"))
+        for policy in ("static", "dcs"):
+            for test in play_tests.list_tests(policy, kind="hub"):
+                yield pytest.param(sim, small_hub_config(policy), test,
+                                   id=f"{sim}-hub-{policy}-{test}",
+                                   marks=build_group(f"hub-{policy}"))
     # the gddr6-aim geometry (16 banks x 64 words per row, 64 rows): make test-full
     yield pytest.param("verilator", CONFIGS["full16"](), "long_sparse",
                        id="verilator-full16-long_sparse", marks=build_group("full16"))
@@ -49,7 +56,7 @@ def cases():
 def test_player_matches_golden(sim, config, test, request):
     if sim == "icarus" and test in ICARUS_FULL_ONLY and not full_run(request):
         pytest.skip("under Icarus in make test-full (pytest --full); Verilator runs it here")
-    if config.banks == 16 and not full_run(request):
+    if isinstance(config, ChannelConfig) and config.banks == 16 and not full_run(request):
         pytest.skip("the 16-bank channel runs in make test-full (pytest --full)")
     size = None
     if sim == "icarus":
@@ -58,12 +65,15 @@ def test_player_matches_golden(sim, config, test, request):
         size = request.config.getoption("--stream-commands") or size
     if isinstance(config, AluConfig):
         name = f"alu-{config.banks}b-{test}"
+    elif isinstance(config, HubConfig):
+        name = f"hub-{config.channel.policy}-{test}"
     else:
         name = f"{config.policy}{'-dex' if config.dual_path else ''}-{config.banks}b-{test}"
     r = play_tests.run_test(sim, config, test, BUILD / "fast" / "runs" / sim / f"pytest-{name}",
                             seed=seed_option(request), size=size)
     assert r.passed, f"{r.message} (seed {r.seed}; run folder {r.run_dir})"
-    assert r.metrics["commands"] > 0 and r.metrics["cycles"] > 0
+    assert r.metrics["cycles"] > 0
+    assert r.metrics["commands"] > 0 or r.metrics.get("host_calls", 0) > 0
 
 
 def _small_run(sim, tmp_path, n=300, policy="dcs", seed=11):
@@ -211,3 +221,32 @@ def test_standalone_and_cocotb_players_agree(sim, tmp_path):
     model = ChannelModel(cfg)
     for ld, obs in zip(loads, alone, strict=True):
         scoreboard.check(model, ld.commands, ld.wdata, obs)
+
+
+@build_group("hub-static")
+def test_hub_standalone_and_cocotb_agree(tmp_path):
+    """The PIM module's fault scenarios played by the standalone toplevel
+    and by the cocotb testbench under Icarus give the same record (every
+    call's cycles and response, multicast load, handshake and trace
+    entry); a record with one response changed fails the scoreboard."""
+    import dataclasses
+    import json
+
+    from sim import runner
+    from tb import hub_scoreboard
+    from tb.hub_stimulus import fault_scenarios
+
+    hub = small_hub_config("static")
+    calls = [c for cs in fault_scenarios(hub).values() for c in cs]
+    alone = fast.run_hub("icarus", hub, calls, tmp_path / "alone")
+    results, test_dir = runner.run("icarus", ["faults"], config=hub, seed=1,
+                                   run_name="pytest-hub-agree")
+    assert results and results[0].passed, results[0].message if results else "no result"
+    under = json.loads((test_dir / "hub_record.json").read_text())
+    mine = json.loads(json.dumps(dataclasses.asdict(alone)))  # tuples as lists, as in the file
+    assert mine == under
+    hub_scoreboard.check(hub, calls, alone)
+    i = next(k for k, c in enumerate(alone.calls) if c.data)
+    alone.calls[i].data ^= 1
+    with pytest.raises(hub_scoreboard.HubScoreboardError, match=f"call {i} "):
+        hub_scoreboard.check(hub, calls, alone)

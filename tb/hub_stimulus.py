@@ -1,0 +1,154 @@
+"""Host-call sessions of the PIM module and their checks, shared by the
+cocotb tests (tb/test_hub.py) and the standalone player (tb/play_tests.py
+``hub_*``): a QK^T decode session checked against numpy, one scenario per
+fault code, and bad host operations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from golden import numerics
+from golden.channel import Command
+from golden.config import HubConfig
+from golden.dpa import HostCall, QktLayout, QktSession, instr, qkt_session, status_fields
+from golden.isa import Fault, HostOp, HostStatus, ModiField, Opcode
+
+#: the two requests' T_cur at the first step: request 0 crosses a chunk
+#: boundary within four steps (the host grows it between steps)
+QKT_T0 = {0: 254, 1: 120}
+IDLE_STEPS = 2
+
+
+@dataclass
+class QktCase:
+    session: QktSession
+    calls: list[HostCall]
+    steps: int
+
+
+def qkt_case(hub: HubConfig, steps: int = 4, seed: int = 0) -> QktCase:
+    """QK^T for two requests whose keys sit in non-contiguous, interleaved
+    chunks, over ``steps`` decode steps, then IDLE_STEPS more back to back
+    with no host writes before them (their lag is the decoder's alone; the
+    keys of their new tokens are not written)."""
+    s = qkt_session(hub, d_head=32, t0=QKT_T0, steps=steps, seed=seed)
+    grows = sum(c.op == HostOp.GROW and c.req_id == 0 for c in s.calls)
+    if steps >= 4 and grows < 2:
+        raise AssertionError(f"request 0 grew {grows} times; the session must cross a chunk")
+    return QktCase(s, s.calls + [HostCall(HostOp.STEP, note="idle host")] * IDLE_STEPS, steps)
+
+
+def check_qkt_scores(hub: HubConfig, case: QktCase, rsp: list[tuple[int, int]]) -> None:
+    """The scores the host read back equal K q (numpy, BF16 tolerance)."""
+    s = case.session
+    for r, t_start in QKT_T0.items():
+        for step in range(case.steps):
+            t = t_start + step
+            words = [numerics.words_to_lanes(rsp[i][1])[:hub.channel.banks]
+                     for i, rr, tt, _ in s.reads if rr == r and tt == t]
+            got = numerics.bf16_to_float(np.concatenate(words)[:t])
+            ref = numerics.bf16_to_float(s.keys[r][:t]) @ numerics.bf16_to_float(s.queries[r])
+            np.testing.assert_allclose(got, ref, rtol=2 ** -7, atol=1e-2,
+                                       err_msg=f"request {r}, step {step}")
+
+
+def _setup(hub, program, t_cur, chunks, tpc=None):
+    layout = QktLayout(hub, 32)
+    calls = [HostCall(HostOp.PROG_WRITE, arg_a=i, data=w) for i, w in enumerate(program)]
+    calls.append(HostCall(HostOp.PROG_COMMIT, arg_a=len(program),
+                          arg_b=tpc or layout.tokens_per_chunk))
+    for r, (t, cs) in enumerate(zip(t_cur, chunks, strict=True)):
+        calls.append(HostCall(HostOp.ASSIGN, r, t, 64 * r))
+        calls += [HostCall(HostOp.GROW, r, c) for c in cs]
+    return calls
+
+
+def _status(r):
+    return HostCall(HostOp.STATUS, r)
+
+
+#: per fault: the request that faults, and the one that must still run in
+#: the scenario's first step (None: no such check)
+FAULT_WHO = {Fault.T_RANGE: (0, 1), Fault.UNMAPPED: (0, 1), Fault.TABLE_FULL: (0, 1),
+             Fault.CMD_RANGE: (1, 0), Fault.BAD_LOOP: (1, None), Fault.BAD_FIELD: (0, None),
+             Fault.BAD_OPCODE: (0, None)}
+
+
+def fault_scenarios(hub: HubConfig) -> dict[Fault, list[HostCall]]:
+    """One host session per fault code; each ends by releasing both
+    requests, and the next loads its own program, so they run one after
+    another on one module."""
+    layout = QktLayout(hub, 32)
+    every = (1 << hub.n_channels) - 1
+    prog = layout.program()
+    tpc = layout.tokens_per_chunk
+    scenarios = {}
+    # T_RANGE: request 0 needs two chunks and has one; then grow, clear, run
+    scenarios[Fault.T_RANGE] = _setup(hub, prog, (tpc + 1, 5), ((0,), (1,))) + [
+        HostCall(HostOp.STEP), _status(0), _status(1), HostCall(HostOp.GROW, 0, 5),
+        HostCall(HostOp.CLEAR, 0), HostCall(HostOp.STEP), _status(0)]
+    # UNMAPPED, mid-accumulation: OBuf 0 is dirty when the slot-1 MAC faults -> drained
+    bad = list(prog)
+    bad[-3] = instr(Opcode.RD_OUT, ch_mask=every, op_size=1, gpr_addr=16, out_idx=1)
+    bad[-2] = instr(Opcode.MAC, ch_mask=every, op_size=2, row=2, col=0, gbuf_idx=0, out_idx=1)
+    scenarios[Fault.UNMAPPED] = _setup(hub, bad, (20, 0), ((0,), (1,))) + [
+        HostCall(HostOp.STEP), _status(0), _status(1)]
+    # TABLE_FULL
+    scenarios[Fault.TABLE_FULL] = _setup(hub, prog, (8, 8), ((0,), (1,))) + [
+        HostCall(HostOp.GROW, 0, 2 + i) for i in range(hub.chunks_per_request)] + [
+        HostCall(HostOp.STEP), _status(0), _status(1), HostCall(HostOp.CLEAR, 0),
+        HostCall(HostOp.STEP)]
+    # CMD_RANGE: request 1's scores run past the GPR
+    scenarios[Fault.CMD_RANGE] = _setup(hub, prog, (20, 20), ((0,), (1,))) + [
+        HostCall(HostOp.RELEASE, 1), HostCall(HostOp.ASSIGN, 1, 20, hub.gpr_entries - 4),
+        HostCall(HostOp.GROW, 1, 3), HostCall(HostOp.STEP), _status(1), _status(0)]
+    # invalid programs: loop without end, unknown field, bad opcode
+    scenarios[Fault.BAD_LOOP] = _setup(hub, [instr(Opcode.DYN_LOOP, body_len=3, t_div=8),
+                                             instr(Opcode.MAC, ch_mask=every, op_size=1)],
+                                       (8, 8), ((0,), (1,))) + [HostCall(HostOp.STEP), _status(1)]
+    scenarios[Fault.BAD_FIELD] = _setup(hub, [
+        instr(Opcode.DYN_LOOP, body_len=2, t_div=8),
+        instr(Opcode.DYN_MODI, target=1, field_sel=ModiField.GBUF_IDX, stride=1),
+        instr(Opcode.RD_OUT, ch_mask=every, op_size=1)], (8, 8), ((0,), (1,))) + [
+        HostCall(HostOp.STEP), _status(0)]
+    scenarios[Fault.BAD_OPCODE] = _setup(hub, [instr(Opcode.WR_INP, ch_mask=every, op_size=1), 0],
+                                         (8, 8), ((0,), (1,))) + [
+        HostCall(HostOp.STEP), _status(0)]
+    return {code: calls + [HostCall(HostOp.RELEASE, r) for r in range(2)]
+            for code, calls in scenarios.items()}
+
+
+def check_fault(code: Fault, calls: list[HostCall], rsp: list[tuple[int, int]]) -> None:
+    """The faulting request reads ``code`` in its status and did not run
+    in the first step; the other request ran."""
+    bad, good = FAULT_WHO[code]
+    status = next(d for (_, d), c in zip(rsp, calls, strict=True)
+                  if c.op == HostOp.STATUS and c.req_id == bad)
+    got = status_fields(status)["fault"]
+    assert got == code, f"{code.name}: request {bad} reads fault {got}"
+    step = next(d for (_, d), c in zip(rsp, calls, strict=True) if c.op == HostOp.STEP)
+    assert not step >> bad & 1, f"{code.name}: faulting request {bad} ran"
+    if good is not None:
+        assert step >> good & 1, f"{code.name}: request {good} did not run"
+
+
+def host_error_calls(hub: HubConfig) -> list[HostCall]:
+    """Bad host operations (BAD_OP, BAD_ARG) among good ones."""
+    return [HostCall(0), HostCall(15), HostCall(HostOp.ASSIGN, hub.requests, 1, 0),
+            HostCall(HostOp.GROW, 0, 1), HostCall(HostOp.ASSIGN, 0, 1, 0),
+            HostCall(HostOp.ASSIGN, 0, 1, 0), HostCall(HostOp.GROW, 0, hub.physical_chunks),
+            HostCall(HostOp.GPR_READ, arg_a=hub.gpr_entries),
+            HostCall(HostOp.PROG_WRITE, arg_a=hub.instr_depth),
+            HostCall(HostOp.RAW, arg_a=1, data=Command(Opcode.WR, bank=hub.channel.banks).pack()),
+            HostCall(HostOp.RAW, arg_a=1 << hub.n_channels, data=Command(Opcode.WR).pack()),
+            HostCall(HostOp.PROG_COMMIT, arg_a=0, arg_b=0), _status(0),
+            HostCall(HostOp.RELEASE, 0), _status(0)]
+
+
+def check_host_errors(rsp: list[tuple[int, int]]) -> None:
+    """The first four are refused: two unknown operations, two bad arguments."""
+    codes = [c for c, _ in rsp][:4]
+    assert codes == [HostStatus.BAD_OP, HostStatus.BAD_OP, HostStatus.BAD_ARG,
+                     HostStatus.BAD_ARG], codes
