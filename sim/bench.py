@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 import time
 from pathlib import Path
 
@@ -211,25 +212,59 @@ def bench_golden_hub() -> dict:
 
 
 def bench_rtl_hub(sim: str) -> dict:
-    """tb/test_hub.py qkt_two_requests per channel policy: the PIM module
-    (HUB + 2 channels) against the golden HUB, with its step metrics."""
+    """The PIM module (HUB + 2 channels) per channel policy: the QK^T
+    session of tb/test_hub.py qkt_two_requests (4 steps, seed 1) under
+    cocotb beside the same calls through the standalone player (hub_play),
+    in one run: the same record, the speed of each, and the step metrics;
+    then the player's longer session (tb/play_tests.py hub_qkt)."""
+    import dataclasses
+
     from golden.config import small_hub_config
+    from sim import fast
+    from tb import hub_scoreboard, play_tests
+    from tb.hub_stimulus import qkt_case
 
     out = {}
     for policy in ("static", "dcs"):
         config = small_hub_config(policy)
         runner.build(sim, config)
+        fast.build(sim, config)
         results, test_dir = runner.run(sim, ["qkt_two_requests"], config=config, seed=1,
                                        run_name=f"bench-hub-{policy}",
                                        extra_env={"PIMORCH_HUB_LAG": "1"})
         m = json.loads((test_dir / "metrics.json").read_text())
+        under = json.loads((test_dir / "hub_record_qkt_two_requests.json").read_text())
         wall = results[0].wall_s
+        # the session's seed as the cocotb test drew it (cocotb derives its
+        # RANDOM_SEED from the seed given; the test logs it)
+        drawn = int(re.search(r"seed (\d+)", (test_dir / "sim.log").read_text())[1])
+        case = qkt_case(config, steps=4, seed=drawn % 1000)
+        times: dict = {}
+        rec = fast.run_hub(sim, config, case.calls, BUILD_RUNS / f"hub-{sim}-{policy}",
+                           times=times)
+        hub_scoreboard.check(config, case.calls, rec)
+        alone_s = times["simulator_s"]
+        long = play_tests.run_test(sim, config, "hub_qkt", BUILD_RUNS / f"hub-long-{sim}-{policy}",
+                                   seed=1) if sim == "verilator" else None
         out[policy] = {"passed": results[0].passed, "host_calls": m["host_calls"],
                        "channel_commands": m["commands"], "cycles": m["cycles"],
-                       "test_wall_s": round(wall, 2),
-                       "cycles_per_s": round(m["cycles"] / wall) if wall else None,
+                       "same_record": json.loads(json.dumps(dataclasses.asdict(rec))) == under,
+                       "cocotb_test_wall_s": round(wall, 2),
+                       "standalone_simulator_wall_s": round(alone_s, 3),
+                       "cycles_per_s": {"cocotb": round(m["cycles"] / wall),
+                                        "standalone": round(rec.cycle / alone_s)},
+                       "standalone_over_cocotb": round(m["cycles"] / wall and
+                                                       (rec.cycle / alone_s) / (m["cycles"] / wall),
+                                                       1),
                        "step_multicast_bubbles": m["step_bubbles"],
                        "step_lag_vs_ideal_feed": m["step_lag_vs_ideal_feed"]}
+        if long is not None:
+            out[policy]["hub_qkt_player"] = {
+                "passed": long.passed, "steps": long.metrics.get("steps"),
+                "host_calls": long.metrics.get("host_calls"),
+                "cycles": long.metrics.get("cycles"),
+                "simulator_wall_s": round(long.sim_wall_s, 3),
+                "scoreboard_wall_s": round(long.check_wall_s, 3)}
     return out
 
 

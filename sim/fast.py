@@ -240,7 +240,8 @@ def run_hub(sim: str, config: HubConfig, calls: list, run_dir: Path,
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
     t0 = time.perf_counter()
-    (run_dir / "hub_par.hex").write_text(_hex_lines([len(calls), max_wait]))
+    (run_dir / "hub_par.hex").write_text(_hex_lines([len(calls), max_wait,
+                                                     scoreboard.quiet_cycles(config.channel)]))
     (run_dir / "hub_calls.hex").write_text(_hex_lines(
         pack(HOST_FIELDS, {"host_op": int(c.op), "req_id": c.req_id, "arg_a": c.arg_a,
                            "arg_b": c.arg_b, "data": c.data}) for c in calls))

@@ -142,6 +142,8 @@ def hub_play_source(module: Path, config: HubConfig) -> Path:
     text = text.replace("@TRACE_PORTS@", "".join(
         f",\n    .trace_{c}__valid(trace_{c}_valid), .trace_{c}__payload(trace_{c}_payload)"
         for c in range(n)))
+    text = text.replace("@ANY_TRACE@", "(" + " || ".join(
+        f"trace_{c}_valid" for c in range(n)) + ")")
     text = text.replace("@TRACE_RECORD@", "\n".join(
         f'      if (trace_{c}_valid) $fwrite(fd, "T {c} %h\\n", trace_{c}_payload);'
         for c in range(n)))

@@ -144,7 +144,10 @@ def host_error_calls(hub: HubConfig) -> list[HostCall]:
             HostCall(HostOp.RAW, arg_a=1, data=Command(Opcode.WR, bank=hub.channel.banks).pack()),
             HostCall(HostOp.RAW, arg_a=1 << hub.n_channels, data=Command(Opcode.WR).pack()),
             HostCall(HostOp.PROG_COMMIT, arg_a=0, arg_b=0), _status(0),
-            HostCall(HostOp.RELEASE, 0), _status(0)]
+            HostCall(HostOp.RELEASE, 0), _status(0),
+            # good: a GPR word written to channel 0 with a RAW WR
+            HostCall(HostOp.GPR_WRITE, arg_a=0, data=0x1234),
+            HostCall(HostOp.RAW, arg_a=1, arg_b=0, data=Command(Opcode.WR).pack())]
 
 
 def check_host_errors(rsp: list[tuple[int, int]]) -> None:

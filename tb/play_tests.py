@@ -274,7 +274,7 @@ def hub_host_errors(p: Player, n: int) -> dict:
 #: channel (tb/test_dex.py's configuration), the JIT-Q ALU channel, or the
 #: PIM module (HUB and channels at a policy)
 KINDS = ("channel", "dex", "alu", "hub")
-HUB_STEPS = 4
+HUB_STEPS = 16  # decode steps of hub_qkt (the GPR holds the scores of about 20)
 
 
 @dataclass(frozen=True)

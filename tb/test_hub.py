@@ -19,7 +19,7 @@ import os
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, FallingEdge
+from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly
 
 from golden.config import ChannelConfig, HubConfig, Timing
 from golden.dpa import HostCall
@@ -30,7 +30,7 @@ from golden.isa import (
     pack,
     unpack,
 )
-from tb import hub_scoreboard
+from tb import hub_scoreboard, scoreboard
 from tb.hub_scoreboard import CallRecord, HubCheck, HubRecord
 from tb.hub_stimulus import (
     FAULT_WHO,
@@ -58,8 +58,8 @@ class HubTB:
     the checks are tb/hub_scoreboard.py's, shared with the standalone
     player."""
 
-    def __init__(self, dut):
-        self.dut = dut
+    def __init__(self, dut, name: str):
+        self.dut, self.name = dut, name  # the test's name names its record file
         self.hub = config_from_env()
         self.log = logging.getLogger("cocotb.tb")
         self.seed = int(cocotb.RANDOM_SEED)
@@ -114,6 +114,9 @@ class HubTB:
         dut.host__valid.value = 1
         accepted = None
         for _ in range(MAX_WAIT):
+            # sample once this cycle's inputs have settled: a load the call
+            # causes in its accept cycle (RAW) is visible only then
+            await ReadOnly()
             self._load = self.sample(self._load)
             if accepted is None and int(dut.host__ready.value):
                 accepted = self.cycle
@@ -131,6 +134,23 @@ class HubTB:
 
     _load = False
     lag: list[int] | None = None  # decode_stall(), when a test measured it
+
+    async def drain(self) -> None:
+        """After the last call: record until the module has been quiet (no
+        load, handshake or trace entry) for the player's quiet cycles, so
+        commands still in the channels are checked too."""
+        quiet, rec = 0, self.rec
+        limit = scoreboard.quiet_cycles(self.hub.channel)
+        def events():
+            return [len(log) for logs in (rec.acc, rec.wacc, rec.pops, rec.traces)
+                    for log in logs]
+
+        while quiet <= limit:  # stop at the (limit + 1)-th quiet cycle, as hub_play does
+            await ReadOnly()
+            before = events()
+            self._load = self.sample(self._load)
+            quiet = 0 if self._load or events() != before else quiet + 1
+            await FallingEdge(self.dut.clk)
 
     async def replay(self, calls: list[HostCall]) -> list[tuple[int, int]]:
         """Run ``calls`` on the RTL, then check every call so far against
@@ -161,14 +181,15 @@ class HubTB:
                            "host_calls": len(self.all_calls), "step_bubbles": self.bubbles,
                            "step_lag_vs_ideal_feed": self.lag}, f)
             # the record, to compare with the standalone player's (tests/test_fast.py)
-            with open(os.path.join(folder, "hub_record.json"), "w") as f:
+            with open(os.path.join(folder, f"hub_record_{self.name}.json"), "w") as f:
                 json.dump(dataclasses.asdict(self.rec), f)
 
 
-async def _run(dut, calls):
-    tb = HubTB(dut)
+async def _run(dut, calls, name):
+    tb = HubTB(dut, name)
     await tb.start()
     rsp = await tb.replay(calls)
+    await tb.drain()
     checked = tb.check_channels()
     tb.write_metrics()
     tb.log.info("%d host calls, %d channel commands checked, %d cycles", len(calls), checked,
@@ -184,7 +205,7 @@ async def qkt_two_requests(dut):
     model's; the scores are also checked against numpy."""
     hub = config_from_env()
     case = qkt_case(hub, steps=4, seed=int(cocotb.RANDOM_SEED) % 1000)
-    tb, rsp = await _run(dut, case.calls)
+    tb, rsp = await _run(dut, case.calls, "qkt_two_requests")
     if os.environ.get("PIMORCH_HUB_LAG") == "1":  # make sim, make bench: golden reruns per step
         tb.lag = tb.decode_stall()
     tb.log.info("per step: multicast-register bubbles %s; last command later than with an "
@@ -199,7 +220,7 @@ async def faults(dut):
     that the other request ran, and (via the golden comparison of every
     multicast load) that nothing was sent for the faulting request."""
     hub = config_from_env()
-    tb = HubTB(dut)
+    tb = HubTB(dut, "faults")
     await tb.start()
     for code, calls in fault_scenarios(hub).items():
         # one golden model follows the RTL through all the scenarios
@@ -208,6 +229,7 @@ async def faults(dut):
         check_fault(code, calls, rsp)
         tb.log.info("%s: request %d faulted, %d commands sent", code.name, FAULT_WHO[code][0],
                     len(tb.loads) - first)
+    await tb.drain()
     tb.log.info("%d channel commands checked", tb.check_channels())
     tb.write_metrics()
 
@@ -217,5 +239,5 @@ async def host_errors(dut):
     """Bad host operations get BAD_OP / BAD_ARG and change nothing."""
     hub = config_from_env()
     calls = host_error_calls(hub)
-    _, rsp = await _run(dut, calls)
+    _, rsp = await _run(dut, calls, "host_errors")
     check_host_errors(rsp)

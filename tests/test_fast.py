@@ -22,7 +22,8 @@ SIMS = ["verilator", "icarus"]
 #: each test at its own size (tb/play_tests.py)
 ICARUS_SIZE = {"long_dense": 3000, "long_sparse": 3000, "dex_long": 200, "dcs_kernel": 64,
                "gemv": 64, "alu_random": 1500,
-               "alu_kernels": 4}  # every placement; the FP32-source kernel in Verilator
+               "alu_kernels": 4,  # every placement; the FP32-source kernel in Verilator
+               "hub_qkt": 4}
 #: 2 x 65,600 commands, and the PIM module's sessions (about 500 cycles per
 #: second; its cocotb tests run under Icarus in make test): under Icarus
 #: only in make test-full
@@ -225,28 +226,31 @@ def test_standalone_and_cocotb_players_agree(sim, tmp_path):
 
 @build_group("hub-static")
 def test_hub_standalone_and_cocotb_agree(tmp_path):
-    """The PIM module's fault scenarios played by the standalone toplevel
-    and by the cocotb testbench under Icarus give the same record (every
-    call's cycles and response, multicast load, handshake and trace
-    entry); a record with one response changed fails the scoreboard."""
+    """The PIM module's fault scenarios and bad host operations (RAW
+    commands among them) played by the standalone toplevel and by the cocotb
+    testbench under Icarus give the same records (every call's cycles and
+    response, multicast load, handshake and trace entry); a record with
+    one response changed fails the scoreboard."""
     import dataclasses
     import json
 
     from sim import runner
     from tb import hub_scoreboard
-    from tb.hub_stimulus import fault_scenarios
+    from tb.hub_stimulus import fault_scenarios, host_error_calls
 
     hub = small_hub_config("static")
-    calls = [c for cs in fault_scenarios(hub).values() for c in cs]
-    alone = fast.run_hub("icarus", hub, calls, tmp_path / "alone")
-    results, test_dir = runner.run("icarus", ["faults"], config=hub, seed=1,
+    sessions = {"faults": [c for cs in fault_scenarios(hub).values() for c in cs],
+                "host_errors": host_error_calls(hub)}
+    results, test_dir = runner.run("icarus", list(sessions), config=hub, seed=1,
                                    run_name="pytest-hub-agree")
-    assert results and results[0].passed, results[0].message if results else "no result"
-    under = json.loads((test_dir / "hub_record.json").read_text())
-    mine = json.loads(json.dumps(dataclasses.asdict(alone)))  # tuples as lists, as in the file
-    assert mine == under
-    hub_scoreboard.check(hub, calls, alone)
+    assert len(results) == 2 and all(r.passed for r in results), [r.message for r in results]
+    for name, calls in sessions.items():
+        alone = fast.run_hub("icarus", hub, calls, tmp_path / name)
+        under = json.loads((test_dir / f"hub_record_{name}.json").read_text())
+        assert json.loads(json.dumps(dataclasses.asdict(alone))) == under, name
+        hub_scoreboard.check(hub, calls, alone)
+    assert any(load for load in alone.loads)  # host_errors: a RAW loads the register
     i = next(k for k, c in enumerate(alone.calls) if c.data)
     alone.calls[i].data ^= 1
     with pytest.raises(hub_scoreboard.HubScoreboardError, match=f"call {i} "):
-        hub_scoreboard.check(hub, calls, alone)
+        hub_scoreboard.check(hub, sessions["host_errors"], alone)
