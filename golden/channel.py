@@ -45,116 +45,39 @@ Data
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from golden import numerics
+from golden.banks import BankTimer
 from golden.config import ChannelConfig
-from golden.isa import (
-    CHANNEL_OPCODES,
-    COMMAND_FIELDS,
-    FIELDS,
-    LANES,
-    ErrorCode,
-    Opcode,
-    pack_command,
-    unpack_command,
+from golden.dcs import run_dynamic
+from golden.isa import CHANNEL_OPCODES, LANES, ErrorCode, Opcode
+from golden.streams import (
+    CMD_ID_MOD,
+    ERR_COUNT_MAX,
+    RDATA_POP_LATENCY,
+    Command,
+    CommandError,
+    RunResult,
+    Status,
+    Streams,
+    TraceEntry,
+    act_ahead,
+    mac,
+    rd,
+    rd_out,
+    wr,
+    wr_inp,
 )
 
-CMD_ID_MOD = 1 << FIELDS["cmd_id"].width
-ERR_COUNT_MAX = (1 << FIELDS["err_count"].width) - 1
-RDATA_POP_LATENCY = 2  # issue in c -> poppable from c + 2
-
-
-class CommandError(ValueError):
-    """Raised in strict mode for a command the channel would reject."""
-
-    def __init__(self, code: ErrorCode, message: str):
-        super().__init__(message)
-        self.code = code
-
-
-@dataclass(frozen=True)
-class Command:
-    opcode: int
-    bank: int = 0
-    row: int = 0
-    col: int = 0
-    gbuf_idx: int = 0
-    out_idx: int = 0
-
-    def pack(self) -> int:
-        return pack_command(**dataclasses.asdict(self))
-
-    @classmethod
-    def unpack(cls, word: int) -> Command:
-        return cls(**unpack_command(word))
-
-    def __str__(self) -> str:
-        try:
-            name = Opcode(self.opcode).name
-        except ValueError:
-            name = f"opcode{self.opcode}"
-        args = {f: getattr(self, f) for f in COMMAND_FIELDS[1:] if getattr(self, f)}
-        return f"{name}({', '.join(f'{k}={v}' for k, v in args.items())})"
-
-
-def wr_inp(gbuf_idx: int) -> Command:
-    return Command(Opcode.WR_INP, gbuf_idx=gbuf_idx)
-
-
-def mac(row: int, col: int, gbuf_idx: int, out_idx: int) -> Command:
-    return Command(Opcode.MAC, row=row, col=col, gbuf_idx=gbuf_idx, out_idx=out_idx)
-
-
-def rd_out(out_idx: int) -> Command:
-    return Command(Opcode.RD_OUT, out_idx=out_idx)
-
-
-def rd(bank: int, row: int, col: int) -> Command:
-    return Command(Opcode.RD, bank=bank, row=row, col=col)
-
-
-def wr(bank: int, row: int, col: int) -> Command:
-    return Command(Opcode.WR, bank=bank, row=row, col=col)
-
-
-def act_ahead(bank: int, row: int) -> Command:
-    return Command(Opcode.ACT_AHEAD, bank=bank, row=row)
-
-
-@dataclass(frozen=True)
-class TraceEntry:
-    cmd_id: int
-    opcode: Opcode
-    cycle: int
-
-    def __str__(self) -> str:
-        return f"cycle {self.cycle:>7}: id {self.cmd_id:>5} {self.opcode.name}"
-
-
-@dataclass
-class Status:
-    err_code: ErrorCode = ErrorCode.NONE
-    err_id: int = 0
-    err_count: int = 0
-
-
-@dataclass
-class RunResult:
-    trace: list[TraceEntry]
-    rdata: list[int]  # 256-bit read beats, in order
-    errors: list[tuple[int, ErrorCode]]  # (cmd_id, code) of every dropped command
-    status: Status
-    cycles: int  # cycle after the last command finished
-
-    @property
-    def mac_count(self) -> int:
-        return sum(1 for t in self.trace if t.opcode == Opcode.MAC)
-
+#: the channel's stream types and command builders, importable from here
+__all__ = ["CMD_ID_MOD", "ERR_COUNT_MAX", "RDATA_POP_LATENCY", "BankTimer", "ChannelModel",
+           "Command", "CommandError", "RunResult", "Status", "Streams", "TraceEntry",
+           "act_ahead", "gemv_commands", "gemv_result", "gemv_stream", "mac", "rd", "rd_out",
+           "wr", "wr_inp"]
 
 _WRITES = (Opcode.WR_INP, Opcode.WR)
 _READS = (Opcode.RD_OUT, Opcode.RD)
@@ -287,7 +210,6 @@ class ChannelModel:
                           rdata_pops)
         if self.config.policy in ("static", "pingpong"):
             return self._run_in_order(streams)
-        from golden.dcs import run_dynamic
 
         return run_dynamic(self, streams)
 
@@ -375,155 +297,6 @@ class ChannelModel:
         return streams.result(free)
 
 
-class BankTimer:
-    """Open rows and the tRAS/tRP/tRCD/tCCD/tFAW bookkeeping of the banks.
-
-    A MAC needs its row open in every bank: if any bank is open and not all
-    are at the row, an all-bank PRE closes every open bank, then an all-bank
-    ACT. RD/WR (and ACT-AHEAD) need their row open in their bank: PRE if
-    another row is open there, then ACT.
-
-    Dual-path banks sliced at ``slice_rows`` (docs/dual-path.md) have two
-    partitions each, rows below the split and the rest, every partition with
-    its own open row and tRAS/tRCD/tRP: the rules above apply per partition
-    (the partition of the command's row), so a RD and a MAC in different
-    partitions of one bank keep both rows open. Column commands stay tCCD
-    apart on the channel (one command bus; the RDs share the data bus).
-
-    tFAW (``timing.t_faw`` > 0): an ACT waits until ``t_faw`` cycles after
-    the fourth ACT before it (an all-bank ACT counts once)."""
-
-    NEVER = -(1 << 40)
-
-    def __init__(self, n_banks: int, timing, slice_rows: int = 0):
-        self.n, self.tm, self.split = n_banks, timing, slice_rows
-        units = n_banks * (2 if slice_rows else 1)
-        self.open_row: list[int | None] = [None] * units
-        self.t_act = [self.NEVER] * units
-        self.t_pre = [self.NEVER] * units
-        self.t_col = self.NEVER
-        self.acts: list[int] = []  # ACT cycles, for tFAW
-
-    def unit(self, bank: int, row: int) -> int:
-        """The row-buffer unit (bank, partition) holding ``row`` of ``bank``."""
-        return bank + self.n if self.split and row >= self.split else bank
-
-    def touched(self, op: Opcode, cmd: Command) -> list[int]:
-        if op == Opcode.MAC:
-            return [self.unit(b, cmd.row) for b in range(self.n)]
-        if op in (Opcode.RD, Opcode.WR, Opcode.ACT_AHEAD):
-            return [self.unit(cmd.bank, cmd.row)]
-        return []
-
-    def next_action(self, op: Opcode, cmd: Command) -> tuple[Opcode, list[int]] | None:
-        """The PRE or ACT ``cmd`` needs next, or None when its row is open."""
-        return self.action_for(self.touched(op, cmd), cmd.row, as_set=op == Opcode.MAC)
-
-    def action_for(self, touched: list[int], row: int,
-                   as_set: bool) -> tuple[Opcode, list[int]] | None:
-        """The PRE or ACT that opens ``row`` in the ``touched`` banks, or None.
-        ``as_set``: the banks open together (any off the row: precharge every
-        open one of them), else each on its own."""
-        if not touched:
-            return None
-        if as_set:
-            off = any(self.open_row[b] != row for b in touched)
-            pre = [b for b in touched if self.open_row[b] is not None] if off else []
-        else:
-            pre = [b for b in touched if self.open_row[b] not in (None, row)]
-        if pre:
-            return Opcode.PRE, pre
-        act = [b for b in touched if self.open_row[b] is None]
-        return (Opcode.ACT, act) if act else None
-
-    def earliest(self, kind: Opcode, banks: list[int]) -> int:
-        """Earliest cycle the bank rules allow ``kind`` on ``banks``."""
-        tm = self.tm
-        if kind == Opcode.PRE:
-            return max(self.t_act[b] + tm.t_ras for b in banks)
-        if kind == Opcode.ACT:
-            faw = tm.t_faw
-            window = self.acts[-4] + faw if faw and len(self.acts) >= 4 else 0
-            return max(window, *(self.t_pre[b] + tm.t_rp for b in banks))
-        if not banks:
-            return 0
-        return max(max(self.t_act[b] + tm.t_rcd for b in banks), self.t_col + tm.t_ccd)
-
-    def apply(self, kind: Opcode, banks: list[int], cycle: int, row: int) -> None:
-        for b in banks:
-            if kind == Opcode.PRE:
-                self.open_row[b], self.t_pre[b] = None, cycle
-            elif kind == Opcode.ACT:
-                self.open_row[b], self.t_act[b] = row, cycle
-        if kind == Opcode.ACT:
-            self.acts.append(cycle)
-            del self.acts[:-4]
-        elif kind != Opcode.PRE and banks:
-            self.t_col = cycle
-
-
-class Streams:
-    """The channel's stream interfaces as the controller sees them: command
-    and write-beat arrival cycles, read credits, and what comes out."""
-
-    def __init__(self, config: ChannelConfig, commands: list[Command], wdata: list[int],
-                 cmd_arrivals, wdata_arrivals, rdata_pops):
-        n = len(commands)
-        self.config, self.commands, self.wdata = config, commands, wdata
-        self.cmd_arrivals = list(cmd_arrivals) if cmd_arrivals is not None else [0] * n
-        self.wdata_arrivals = (list(wdata_arrivals) if wdata_arrivals is not None
-                               else [0] * len(wdata))
-        if len(self.cmd_arrivals) != n or len(self.wdata_arrivals) != len(wdata):
-            raise ValueError("arrival lists must match the command and write-data lists")
-        self.rdata_pops = rdata_pops
-        self.wbeat = 0
-        self.read_issue: list[int] = []
-        self.trace: list[TraceEntry] = []
-        self.rdata: list[int] = []
-        self.errors: list[tuple[int, ErrorCode]] = []
-        self.status = Status()
-
-    def wdata_ready(self) -> int:
-        """Cycle from which the next write beat is visible."""
-        k = self.wbeat
-        if k >= len(self.wdata):
-            raise ValueError(f"command needs write-data beat {k} but only "
-                             f"{len(self.wdata)} given")
-        return self.wdata_arrivals[k] + 1
-
-    def take_wdata(self) -> tuple[int, np.ndarray]:
-        ready = self.wdata_ready()
-        beat = numerics.words_to_lanes(self.wdata[self.wbeat])
-        self.wbeat += 1
-        return ready, beat
-
-    def read_credit_ready(self) -> int:
-        """Earliest cycle a new read may issue: fewer than rdata_depth beats
-        issued before it may still be unpopped."""
-        j = len(self.read_issue) - self.config.rdata_depth  # waits for beat j's pop
-        if j < 0:
-            return 0
-        if self.rdata_pops is not None:
-            if j >= len(self.rdata_pops):
-                raise ValueError(f"read beat {j} was never popped; the run cannot complete")
-            return self.rdata_pops[j] + 1
-        return self.read_issue[j] + RDATA_POP_LATENCY + 1
-
-    def record_error(self, cmd_id: int, code: ErrorCode) -> None:
-        """A dropped command: listed, and the sticky status updated."""
-        self.errors.append((cmd_id, code))
-        st = self.status
-        if st.err_code == ErrorCode.NONE:
-            st.err_code, st.err_id = code, cmd_id
-        st.err_count = min(st.err_count + 1, ERR_COUNT_MAX)
-
-    def issue(self, cycle: int, beat: int | None) -> None:
-        if beat is not None:
-            self.read_issue.append(cycle)
-            self.rdata.append(beat)
-
-    def result(self, cycles: int) -> RunResult:
-        return RunResult(self.trace, self.rdata, self.errors, self.status, cycles)
 
 
 def gemv_stream(matrix_bf16: np.ndarray, config: ChannelConfig,

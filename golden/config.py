@@ -211,7 +211,7 @@ def small_config() -> ChannelConfig:
 class HubConfig:
     """The HUB and its DPA dispatcher (DESIGN.md §2.3, docs/dpa.md) over
     ``n_channels`` identical channels. One object parameterises the golden
-    model (``golden.dpa``) and the RTL (``hw.hub``).
+    model (``golden.hub``) and the RTL (``hw.hub``).
 
     A chunk is ``n_channels x banks x chunk_rows`` DRAM rows: the same
     ``chunk_rows`` consecutive rows in every bank of every channel;

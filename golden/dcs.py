@@ -55,8 +55,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from golden.channel import CMD_ID_MOD, BankTimer, Command, Streams, TraceEntry
+from golden.banks import BankTimer
 from golden.isa import ErrorCode, Opcode
+from golden.streams import CMD_ID_MOD, Command, Streams, TraceEntry
 
 _IO = (Opcode.WR_INP, Opcode.RD_OUT, Opcode.RD, Opcode.WR)
 _FENCES = (Opcode.RD, Opcode.WR)

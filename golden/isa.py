@@ -138,7 +138,7 @@ ISA: dict[Opcode, OpInfo] = {
         OpInfo(Opcode.DYN_MODI, Level.HUB, ("target", "field_sel", "stride"), (),
                "per iteration, add stride to field_sel of body instruction target"),
         *[OpInfo(op, Level.CHANNEL, _ALU, _ALU_CMD,
-                 "JIT-Q SIMD PIM ALU operation (golden/jitq.py)") for op in (
+                 "JIT-Q SIMD PIM ALU operation (golden/alu.py)") for op in (
             Opcode.ALU_MOV, Opcode.ALU_ADD, Opcode.ALU_MUL, Opcode.ALU_CMP, Opcode.ALU_MAX,
             Opcode.ALU_BITSHIFT, Opcode.ALU_LANESHIFT, Opcode.ALU_LOGIC)],
         OpInfo(Opcode.ACT_AHEAD, Level.CHANNEL, ("ch_mask", "bank", "row"), ("bank", "row"),

@@ -1,7 +1,7 @@
 """The JIT-Q ALU channel (DESIGN.md §2.6): banks, one SIMD ALU per two
 banks, and the in-order controller.
 
-The specification is ``golden.jitq.AluChannel`` (its docstring lists the
+The specification is ``golden.alu.AluChannel`` (its docstring lists the
 commands, the stream and bank rules); this module implements it cycle for
 cycle. Structure::
 
@@ -18,6 +18,7 @@ a command drives them all (broadcast).
 from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, memory, wiring
 
+from golden.alu import AluConfig
 from golden.isa import (
     ALU_COMMAND_FIELDS,
     ALU_FUNCTIONS,
@@ -35,7 +36,6 @@ from golden.isa import (
     Opcode,
     layout_widths,
 )
-from golden.jitq import AluConfig
 from hw.channel import (
     ID_BITS,
     bank_rules,
@@ -74,7 +74,7 @@ class AluChannel(wiring.Component):
         with m.If(cmd_fifo.r_en):
             m.d.sync += next_id.eq(next_id + 1)
 
-        # ---- decode and check (golden.jitq.AluChannel.check) -------------
+        # ---- decode and check (golden.alu.AluChannel.check) -------------
         head = data.View(AluCommandLayout, cmd_fifo.r_data)
         is_rd, is_wr = head.opcode == Opcode.RD, head.opcode == Opcode.WR
         fn_ok = Signal()

@@ -1,7 +1,7 @@
 """The PIM module: the HUB (DPA dispatcher, sequencer, multicast, GPR) over
 N channels (DESIGN.md §2.1, §2.3; docs/dpa.md).
 
-The specification is ``golden.dpa`` (its docstring lists the program
+The specification is ``golden.hub`` (its docstring lists the program
 format, the sequencer's address rules, translation, faults and the cycle
 timing); this module implements it cycle for cycle. Structure::
 
@@ -26,7 +26,7 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from golden.config import HubConfig
-from golden.dpa import STEP_MASK_BITS
+from golden.hub import STEP_MASK_BITS
 from golden.isa import (
     CHANNEL_OPCODES,
     FIELDS,

@@ -50,7 +50,7 @@ def bench_golden_policies() -> dict:
 
 
 def bench_study(out_dir: Path) -> dict:
-    from golden.studies import dcs_utilization
+    from golden.system.studies import dcs_utilization
 
     start = time.perf_counter()
     study = dcs_utilization()
@@ -196,7 +196,7 @@ def bench_rtl_kernel(sim: str, tokens: int = 1024) -> dict:
 def bench_golden_hub() -> dict:
     """The golden HUB replaying the QK^T session of tb/test_hub.py."""
     from golden.config import small_hub_config
-    from golden.dpa import Hub, qkt_session
+    from golden.hub import Hub, qkt_session
 
     hub = small_hub_config()
     session = qkt_session(hub, d_head=32, t0={0: 254, 1: 120}, steps=4)
@@ -313,9 +313,9 @@ def bench_golden_studies() -> dict:
     """Wall time of the golden-only studies (PIM-SHERPA, heterogeneous
     training, JIT-Q with the ALU commands it times per second) and the
     heterogeneous runtime's scheduling rate."""
-    from golden.hetero import build_graph, hetero_study, profile, rank_offload, run
-    from golden.jitq_study import jitq_study
-    from golden.sherpa_study import sherpa_study
+    from golden.system.hetero import build_graph, hetero_study, profile, rank_offload, run
+    from golden.system.jitq_study import jitq_study
+    from golden.system.sherpa_study import sherpa_study
 
     start = time.perf_counter()
     sherpa = sherpa_study()
@@ -350,9 +350,9 @@ def bench_system() -> dict:
 
     import numpy as np
 
-    from golden import pimphony
-    from golden.kernel_timing import KernelTimer, Shape
-    from golden.system import Assumptions, channel_config
+    from golden.system import pimphony
+    from golden.system.kernel_timing import KernelTimer, Shape
+    from golden.system.model import Assumptions, channel_config
 
     shape = Shape("qkt", 128, 8)
     cfg = channel_config("gddr6-aim", "dcs", Assumptions())

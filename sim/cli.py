@@ -244,7 +244,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_dcs_utilization(args) -> int:
-    from golden.studies import dcs_utilization
+    from golden.system.studies import dcs_utilization
 
     _emit(dcs_utilization(args.profile, tokens=args.tokens,
                           d_heads=_int_list(args.d_heads, "--d-heads"),
@@ -255,14 +255,14 @@ def cmd_dcs_utilization(args) -> int:
 
 
 def cmd_dpa_program_size(args) -> int:
-    from golden.studies import dpa_program_size
+    from golden.system.studies import dpa_program_size
 
     _emit(dpa_program_size(d_head=args.d_head), args.json)
     return 0
 
 
 def cmd_dpa_capacity(args) -> int:
-    from golden.studies import dpa_capacity
+    from golden.system.studies import dpa_capacity
 
     if args.requests < 1:
         raise ConfigError(f"--requests must be >= 1, not {args.requests}")
@@ -275,8 +275,8 @@ def cmd_dpa_capacity(args) -> int:
 
 def cmd_dpa_program(args) -> int:
     from golden.config import small_hub_config
-    from golden.dpa import QktLayout, disassemble
-    from golden.studies import reference_hub
+    from golden.hub import QktLayout, disassemble
+    from golden.system.studies import reference_hub
 
     hub = reference_hub() if args.reference else small_hub_config()
     layout = QktLayout(hub, args.d_head, unroll=args.unroll or min(
@@ -291,7 +291,7 @@ def cmd_dpa_program(args) -> int:
 
 
 def cmd_sherpa(args) -> int:
-    from golden.sherpa_study import SEQ_LENS, SPLIT_BYTES, sherpa_study
+    from golden.system.sherpa_study import SEQ_LENS, SPLIT_BYTES, sherpa_study
 
     split = SPLIT_BYTES if args.split_bytes is None else args.split_bytes
     if split < 1:
@@ -302,7 +302,7 @@ def cmd_sherpa(args) -> int:
 
 
 def cmd_hetero_training(args) -> int:
-    from golden.hetero import WORKLOADS, hetero_study
+    from golden.system.hetero import WORKLOADS, hetero_study
 
     workloads = _name_list(args.workloads, WORKLOADS, "--workloads", "workload")
     if args.steps < 1:
@@ -314,8 +314,8 @@ def cmd_hetero_training(args) -> int:
 
 
 def cmd_jitq(args) -> int:
-    from golden.jitq_study import jitq_study
-    from golden.reference import JITQ_MODELS
+    from golden.system.jitq_study import jitq_study
+    from golden.system.reference import JITQ_MODELS
 
     _emit(jitq_study(_name_list(args.models, JITQ_MODELS, "--models", "model")), args.json)
     return 0
@@ -323,11 +323,11 @@ def cmd_jitq(args) -> int:
 
 def cmd_system_study(args) -> int:
     """pimphony, pimphony-scaling, tcp-activation, librapim: scenario-driven studies."""
-    from golden.pimphony import run
+    from golden.system.pimphony import run
     from sim import report
 
     if args.show_scenario:
-        from golden.scenario import load
+        from golden.system.scenario import load
 
         print(json.dumps(load(args.study, args.scenario, args.set), indent=2))
         return 0

@@ -24,9 +24,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from golden.alu import AluConfig
 from golden.channel import Command
 from golden.config import ChannelConfig, HubConfig
-from golden.jitq import AluConfig
 from sim.generate import (
     BUILD,
     HUB_PLAY_TOPLEVEL,
@@ -223,7 +223,7 @@ def run_under_cocotb(sim: str, config: ChannelConfig, loads: list[Load], run_dir
 
 def run_hub(sim: str, config: HubConfig, calls: list, run_dir: Path,
             max_wait: int = 200_000, times: dict | None = None):
-    """Play host calls (golden.dpa.HostCall) on the PIM module in one
+    """Play host calls (golden.hub.HostCall) on the PIM module in one
     standalone simulation; return its HubRecord (tb/hub_scoreboard.py).
     Raises HubScoreboardError when a call gets no response in ``max_wait``
     cycles or the simulator stops early."""

@@ -10,8 +10,8 @@ import os
 import re
 from pathlib import Path
 
+from golden.alu import AluConfig
 from golden.config import ChannelConfig, HubConfig, load_profile, small_config, small_hub_config
-from golden.jitq import AluConfig
 
 TOPLEVEL = "pim_channel"  # the channel's Verilog module
 HUB_TOPLEVEL = "pim_module"  # the HUB and its channels (cocotb toplevel of tb/test_hub.py)

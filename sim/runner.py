@@ -19,8 +19,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
+from golden.alu import AluConfig
 from golden.config import ChannelConfig, HubConfig, small_config
-from golden.jitq import AluConfig
 from sim.generate import (
     ALU_TOPLEVEL,
     BUILD,

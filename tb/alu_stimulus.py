@@ -11,8 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from golden import numerics
-from golden.isa import ALU_FUNCTIONS, AluMov, Opcode
-from golden.jitq import (
+from golden.alu import (
     AluConfig,
     KernelLayout,
     alu,
@@ -23,6 +22,7 @@ from golden.jitq import (
     kernel,
     parse_readback,
 )
+from golden.isa import ALU_FUNCTIONS, AluMov, Opcode
 from golden.mx import FORMATS, quantize
 
 #: (placement, direction, MX format, source) of the kernel runs: every

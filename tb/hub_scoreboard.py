@@ -1,4 +1,4 @@
-"""The PIM module scoreboard: the golden HUB (golden/dpa.py) and golden
+"""The PIM module scoreboard: the golden HUB (golden/hub.py) and golden
 channels on what the RTL did. One scoreboard for both ways the module is
 simulated: the cocotb testbench (tb/test_hub.py) and the standalone player
 (sim/fast.py ``run_hub``, toplevel ``hub_play`` in tb/hub_play.v.in).
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from golden.channel import ChannelModel, Command
 from golden.config import HubConfig
-from golden.dpa import HostCall, Hub
+from golden.hub import HostCall, Hub
 from golden.isa import HostOp
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from golden import numerics
 from golden.channel import Command
 from golden.config import HubConfig
-from golden.dpa import HostCall, QktLayout, QktSession, instr, qkt_session, status_fields
+from golden.hub import HostCall, QktLayout, QktSession, instr, qkt_session, status_fields
 from golden.isa import Fault, HostOp, HostStatus, ModiField, Opcode
 
 #: the two requests' T_cur at the first step: request 0 crosses a chunk

@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 
 from golden import numerics as nm
+from golden.alu import AluConfig
 from golden.channel import Command, RunResult, gemv_result, mac, rd_out, wr_inp
 from golden.config import ChannelConfig, HubConfig
 from golden.isa import Opcode
-from golden.jitq import AluConfig
 from sim import fast
 from tb import scoreboard
 from tb.alu_stimulus import KERNEL_CASES, check_kernel, kernel_case, random_program

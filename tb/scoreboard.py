@@ -5,7 +5,7 @@ cocotb (sim/fast.py). Also what the stimulus player needs to know up front
 (its done condition and cycle limit) and the parser of its record.
 
 The JIT-Q ALU channel has the same stream ports, trace and status, so the
-same player and scoreboard serve it: its model is ``golden.jitq.AluChannel``
+same player and scoreboard serve it: its model is ``golden.alu.AluChannel``
 and its commands are ALU command words (``model_for`` picks the model)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from golden.alu import AluChannel, AluConfig
 from golden.channel import ChannelModel, Command, RunResult
 from golden.config import ChannelConfig
 from golden.isa import (
@@ -24,7 +25,6 @@ from golden.isa import (
     unpack,
     unpack_alu,
 )
-from golden.jitq import AluChannel, AluConfig
 
 Model = ChannelModel | AluChannel
 

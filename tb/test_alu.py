@@ -1,5 +1,5 @@
 """cocotb tests of the JIT-Q ALU channel (``hw/alu.py``) against
-``golden.jitq``.
+``golden.alu``.
 
 One coroutine, woken at every falling edge, drives the command and
 write-data streams (random idle cycles) and the read-data sink (random
@@ -25,9 +25,9 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, FallingEdge
 
 from golden import numerics
+from golden.alu import AluChannel, AluConfig, alu, host_rd, host_wr
 from golden.config import Timing
 from golden.isa import STATUS_FIELDS, TRACE_FIELDS, Opcode, unpack
-from golden.jitq import AluChannel, AluConfig, alu, host_rd, host_wr
 from tb.alu_stimulus import check_kernel, kernel_case, random_beat
 
 CLOCK_NS = 10

@@ -1,5 +1,5 @@
 """cocotb tests of the PIM module (HUB + channels, ``hw/hub.py``) against
-the golden HUB (``golden/dpa.py``).
+the golden HUB (``golden/hub.py``).
 
 Every host operation's response is compared with the golden model's; every
 command the multicast register loads is compared (cycle, command, mask)
@@ -22,7 +22,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly
 
 from golden.config import ChannelConfig, HubConfig, Timing
-from golden.dpa import HostCall
+from golden.hub import HostCall
 from golden.isa import (
     HOST_FIELDS,
     RESPONSE_FIELDS,

@@ -7,9 +7,9 @@ fails on a corrupted record)."""
 import numpy as np
 import pytest
 
+from golden.alu import AluConfig
 from golden.channel import ChannelModel
 from golden.config import POLICIES, ChannelConfig, HubConfig, small_config, small_hub_config
-from golden.jitq import AluConfig
 from sim import fast
 from sim.generate import ALU_TEST_CONFIG, BUILD, CONFIGS, dex_test_config
 from tb import play_tests, scoreboard
@@ -165,8 +165,8 @@ def test_alu_expected_counts_match_golden():
     """The same done condition for the ALU channel: random programs with
     bad commands (a malformed word every 20) count the read beats and trace
     entries the golden ALU channel gives."""
+    from golden.alu import AluChannel
     from golden.isa import Opcode
-    from golden.jitq import AluChannel
 
     rng = np.random.default_rng(5)
     words, beats = random_program(rng, 600, ALU_TEST_CONFIG)
@@ -185,7 +185,7 @@ def test_alu_record_checked(sim, tmp_path):
     """The ALU channel through the player: a kernel's record passes the
     scoreboard and the quantizer check, and inverted read beats fail both;
     a second load (registers reset, banks carried over) passes too."""
-    from golden.jitq import AluChannel
+    from golden.alu import AluChannel
     from tb.alu_stimulus import KERNEL_CASES, check_kernel, kernel_case
 
     rng = np.random.default_rng(8)

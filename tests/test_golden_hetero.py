@@ -1,8 +1,8 @@
-"""Heterogeneous PIM training runtime (golden/hetero.py)."""
+"""Heterogeneous PIM training runtime (golden/system/hetero.py)."""
 
 import pytest
 
-from golden.hetero import (
+from golden.system.hetero import (
     MODES,
     WORKLOADS,
     Devices,
@@ -16,7 +16,7 @@ from golden.hetero import (
     scenario,
     useful_units,
 )
-from golden.reference import HETERO_FIXED_UNITS, HETERO_PROFILE
+from golden.system.reference import HETERO_FIXED_UNITS, HETERO_PROFILE
 
 CFG = HeteroConfig()
 
@@ -171,7 +171,7 @@ def test_useful_units_stop_at_the_bank_bandwidth():
 
 
 def test_study_rows():
-    from golden.hetero import hetero_study
+    from golden.system.hetero import hetero_study
 
     data = hetero_study(("AlexNet",), steps=2)
     row = data["rows"][0]

@@ -1,19 +1,19 @@
-"""The JIT-Q study (golden/jitq_study.py)."""
+"""The JIT-Q study (golden/system/jitq_study.py)."""
 
 from dataclasses import replace
 
 import pytest
 
-from golden.jitq import AluChannel, AluConfig, KernelLayout, kernel
-from golden.jitq_study import (
+from golden.alu import AluChannel, AluConfig, KernelLayout, kernel
+from golden.mx import FORMATS, MX6
+from golden.system.jitq_study import (
     STATE_BYTES,
     capacity_gb,
     gemm_seconds,
     jitq_study,
     rows_needed,
 )
-from golden.mx import FORMATS, MX6
-from golden.reference import JITQ_GPU, JITQ_MODELS
+from golden.system.reference import JITQ_GPU, JITQ_MODELS
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from golden.channel import ChannelModel
 from golden.config import load_profile
 from golden.isa import Opcode
 from golden.kernels import fc, qkt, sv, utilization_bound
-from golden.studies import dcs_utilization
+from golden.system.studies import dcs_utilization
 from sim.cli import main
 
 CFG = load_profile("gddr6-aim", obuf_entries=8)

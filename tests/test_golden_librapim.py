@@ -1,4 +1,4 @@
-"""The LibraPIM system model and Dynamic Batch Offloading (golden/librapim.py)."""
+"""The LibraPIM system model and Dynamic Batch Offloading (golden/system/librapim.py)."""
 
 from __future__ import annotations
 
@@ -7,17 +7,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from golden import pimphony, scenario, sweep
+from golden.system import pimphony, scenario, sweep
 from golden.config import ConfigError, load_profile
-from golden.kernel_timing import KernelTimer
-from golden.librapim import (
+from golden.system.kernel_timing import KernelTimer
+from golden.system.librapim import (
     PLANS,
     Device,
     dbo,
     layer_time,
     predicted_time,
 )
-from golden.reference import LIBRA_MODELS, LIBRA_PIM
+from golden.system.reference import LIBRA_MODELS, LIBRA_PIM
 
 
 def device(model: str = "Llama3-70B", tp: int = 8) -> Device:

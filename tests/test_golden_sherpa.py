@@ -1,4 +1,4 @@
-"""PIM-SHERPA layouts (golden/sherpa.py): address mapping, the swizzled
+"""PIM-SHERPA layouts (golden/system/sherpa.py): address mapping, the swizzled
 copy in both directions, and a GEMV on the PIM-aware layout."""
 
 import itertools
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from golden import numerics
 from golden.config import small_config
-from golden.sherpa import (
+from golden.system.sherpa import (
     FIELDS,
     AddressMap,
     Geometry,

@@ -1,11 +1,11 @@
-"""PIM-SHERPA prefill timing and capacity (golden/sherpa_study.py)."""
+"""PIM-SHERPA prefill timing and capacity (golden/system/sherpa_study.py)."""
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from golden.reference import SHERPA_HOST, SHERPA_MODELS, SherpaHost
-from golden.sherpa_study import (
+from golden.system.reference import SHERPA_HOST, SHERPA_MODELS, SherpaHost
+from golden.system.sherpa_study import (
     METHODS,
     Stage,
     capacity,
@@ -50,7 +50,7 @@ def test_ring_copies_ahead_where_whole_buffers_wait():
 
 
 def test_balanced_ddb_copies_ffn_weights_during_the_attention_gemms():
-    from golden.sherpa_study import SPLIT_BYTES, prefill_stages
+    from golden.system.sherpa_study import SPLIT_BYTES, prefill_stages
 
     model = SHERPA_MODELS["Llama3.2-1B"]
     stages = prefill_stages(model, 16)

@@ -1,5 +1,5 @@
-"""The system model (golden/system.py), its kernel timing in fast and exact
-modes (golden/kernel_timing.py), scenarios and Dask sweeps."""
+"""The system model (golden/system/model.py), its kernel timing in fast and exact
+modes (golden/system/kernel_timing.py), scenarios and Dask sweeps."""
 
 from __future__ import annotations
 
@@ -9,11 +9,10 @@ import json
 import numpy as np
 import pytest
 
-from golden import pimphony, scenario, sweep
+from golden.system import pimphony, scenario, sweep
 from golden.config import ConfigError, load_profile
-from golden.kernel_timing import CALIBRATE, LABELS, KernelTimer, Shape
-from golden.reference import DATASETS, GB, MODELS, SYSTEMS, Model, System
-from golden.system import (
+from golden.system.kernel_timing import CALIBRATE, LABELS, KernelTimer, Shape
+from golden.system.model import (
     COMPONENTS,
     STEPS,
     Assumptions,
@@ -24,6 +23,7 @@ from golden.system import (
     kv_allocation,
     parallel_options,
 )
+from golden.system.reference import DATASETS, GB, MODELS, SYSTEMS, Model, System
 
 ASM = Assumptions()
 
@@ -80,7 +80,7 @@ def test_ping_pong_streams_repeat_every_two_units(monkeypatch):
 
 
 def test_kernel_cache_on_disk_is_reused(tmp_path, monkeypatch):
-    import golden.kernel_timing as kt
+    import golden.system.kernel_timing as kt
 
     monkeypatch.setenv("PIMORCH_KERNEL_CACHE", str(tmp_path / "cache.json"))
     cfg = channel_config("gddr6-aim", "static", ASM)

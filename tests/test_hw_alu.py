@@ -1,4 +1,4 @@
-"""hw.alu under the Amaranth simulator against golden.jitq: short streams
+"""hw.alu under the Amaranth simulator against golden.alu: short streams
 with idle cycles and read backpressure, every ALU operation, the host path
 and the sticky errors (the cocotb tests run the kernels on the Verilog)."""
 
@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from golden import numerics
+from golden.alu import AluChannel, AluConfig, KernelLayout, alu, host_rd, host_wr, kernel
 from golden.config import Timing
 from golden.isa import (
     AluMov,
@@ -13,7 +14,6 @@ from golden.isa import (
     ErrorCode,
     Opcode,
 )
-from golden.jitq import AluChannel, AluConfig, KernelLayout, alu, host_rd, host_wr, kernel
 from golden.mx import MX4
 from hw.alu import AluChannel as AluRTL
 from tb.alu_stimulus import random_beat, random_program
@@ -72,7 +72,7 @@ def test_a_small_kernel_is_bit_exact_and_cycle_exact():
     lay = KernelLayout("tiled", 1, cfg.cols, cfg.rows)
     rng = np.random.default_rng(4)
     tiles = (rng.standard_normal((2, 16, 16)).astype(np.float32).view(np.uint32) >> 16)
-    from golden.jitq import host_load, host_readback
+    from golden.alu import host_load, host_readback
 
     load, beats = host_load(cfg, lay, tiles.astype(np.uint16))
     words = load + kernel(lay, "row", MX4)[:400] + host_readback(cfg, lay, "row")

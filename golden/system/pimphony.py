@@ -1,8 +1,8 @@
 """The PIMphony system studies behind ``pimorch run``: ``pimphony``,
 ``pimphony-scaling`` and ``tcp-activation`` (docs/pimphony.md).
 
-Each takes a scenario (:mod:`golden.scenario`) and a Dask scheduler
-(:mod:`golden.sweep`). Fast mode first calibrates every kernel shape the
+Each takes a scenario (:mod:`golden.system.scenario`) and a Dask scheduler
+(:mod:`golden.system.sweep`). Fast mode first calibrates every kernel shape the
 scenario needs (one task per shape and policy), then times the points
 (one task per point) with those calibrations.
 """
@@ -14,56 +14,35 @@ from itertools import product
 
 import numpy as np
 
-from golden import scenario as sc
-from golden import sweep
 from golden.config import ConfigError
 from golden.isa import LANES
-from golden.kernel_timing import MODES, KernelTimer, Shape
-from golden.reference import DATASETS, MODELS, SYSTEMS, Model
-from golden.system import (
+from golden.system import scenario as sc
+from golden.system import sweep
+from golden.system.kernel_timing import KernelTimer, Shape
+from golden.system.librapim import librapim
+from golden.system.model import (
     COMPONENTS,
     STEPS,
     Assumptions,
+    calibrate,
     channel_config,
+    check_mode,
     evaluate,
     kernel_shapes,
     step_policy,
     t_ck_ns,
 )
+from golden.system.reference import DATASETS, MODELS, SYSTEMS, Model
 
 
 def _r(x: float) -> float:
     return float(f"{x:.6g}")
 
 
-def check_mode(data: dict) -> None:
-    if data["mode"] not in MODES:
-        raise ConfigError(f"mode must be one of {', '.join(MODES)}, not {data['mode']!r}")
-
-
 def _common(data: dict) -> tuple[Assumptions, float]:
     check_mode(data)
     asm = sc.assumptions(data)
     return asm, t_ck_ns(data["profile"])
-
-
-def _calibrate(task: tuple) -> tuple:
-    profile, policy, asm, shape = task
-    timer = KernelTimer(channel_config(profile, policy, asm))
-    return policy, shape.key(), timer.calibration(shape)
-
-
-def calibrate(profile: str, policies, shapes, asm: Assumptions, mode: str,
-              sw: sweep.Sweep, progress: bool | None) -> dict:
-    """``{policy: {shape key: calibration}}`` for fast mode (empty in exact)."""
-    tables: dict = {p: {} for p in policies}
-    if mode != "fast":
-        return tables
-    tasks = [(profile, p, asm, s) for p in policies for s in shapes]
-    bar = sweep.Progress(len(tasks), "calibrate", progress)
-    for policy, key, cal in sw.map(_calibrate, tasks, bar):
-        tables[policy][key] = cal
-    return tables
 
 
 def _result(r: dict) -> dict:
@@ -225,14 +204,8 @@ def tcp_activation(data: dict, sw: sweep.Sweep, progress: bool | None = None) ->
             "rows": rows, "wall_s": round(time.perf_counter() - started, 2)}
 
 
-def _librapim(data: dict, sw: sweep.Sweep, progress: bool | None = None) -> dict:
-    from golden.librapim import librapim
-
-    return librapim(data, sw, progress)
-
-
 STUDIES = {"pimphony": pimphony, "pimphony-scaling": pimphony_scaling,
-           "tcp-activation": tcp_activation, "librapim": _librapim}
+           "tcp-activation": tcp_activation, "librapim": librapim}
 
 
 def run(study: str, path: str | None = None, sets=(), scheduler: str = "serial",

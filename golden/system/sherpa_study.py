@@ -1,6 +1,6 @@
 """PIM-SHERPA: prefill copy/compute timing, TTFT and capacity
 (DESIGN.md §2.7, REFERENCE.md). The layouts and the copy itself are in
-``golden/sherpa.py``.
+``golden/system/sherpa.py``.
 
 Decode runs the FC layers on the PIM, which needs the weights in the
 PIM-aware layout in a non-cacheable region. Prefill runs them as host GEMMs
@@ -42,14 +42,14 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from golden.reference import (
+from golden.system.reference import (
     SHERPA_HOST,
     SHERPA_LATENCY_MODELS,
     SHERPA_MODELS,
     SherpaHost,
     SherpaModel,
 )
-from golden.sherpa import Geometry, pim_padded
+from golden.system.sherpa import Geometry, pim_padded
 
 METHODS = ("duplication", "remap", "owr", "ddb", "ddb-balanced")
 SEQ_LENS = (1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096)

@@ -62,7 +62,7 @@ CONTEXTS = tuple(1 << k for k in range(10, 21))  # 1K .. 1M tokens
 def reference_hub(**overrides):
     """The PIMphony module as a HubConfig: 16 GDDR6-AiM channels, 1 MB chunks."""
     from golden.config import HubConfig
-    from golden.reference import CHUNK_BYTES, MODULE_CHANNELS
+    from golden.system.reference import CHUNK_BYTES, MODULE_CHANNELS
 
     fields = {"n_channels": MODULE_CHANNELS, "chunk_bytes": CHUNK_BYTES, "instr_depth": 64,
               "requests": 64, "chunks_per_request": 255, "gpr_entries": 1 << 14}
@@ -73,7 +73,7 @@ def reference_hub(**overrides):
 def dpa_program_size(d_head: int = 128, contexts=CONTEXTS) -> dict:
     """DPA program bytes (constant) against the fully unrolled static
     instruction stream and command count of one QK^T head, per context."""
-    from golden.dpa import INSTR_BYTES, QktLayout, program_bytes, unrolled_instructions
+    from golden.hub import INSTR_BYTES, QktLayout, program_bytes, unrolled_instructions
     from golden.isa import FIELDS, REQ_STATUS_FIELDS, word_width
 
     hub = reference_hub()
@@ -106,15 +106,15 @@ def dpa_program_size(d_head: int = 128, contexts=CONTEXTS) -> dict:
 def dpa_capacity(requests: int = 4096, seed: int = 0, chunk_bytes: int | None = None) -> dict:
     """KV capacity use under static allocation (every request reserves its
     model's context window) and DPA (1 MB chunks taken as the request grows),
-    with context lengths drawn per dataset (golden.reference.Dataset.sample).
+    with context lengths drawn per dataset (golden.system.reference.Dataset.sample).
 
     Requests are admitted in draw order until the next one does not fit the
     KV capacity (system capacity minus the weights). A request's KV is
     ``2 x layers x kv_heads`` token streams (K and V per layer and KV head),
     each in whole chunks of ``chunk_bytes / (d_head x 2 B)`` tokens (1 MB
     chunks by default)."""
-    from golden.reference import CHUNK_BYTES, DATASETS, GB, MODELS, SYSTEMS
-    from golden.system import admit
+    from golden.system.model import admit
+    from golden.system.reference import CHUNK_BYTES, DATASETS, GB, MODELS, SYSTEMS
 
     chunk = chunk_bytes or CHUNK_BYTES
 
@@ -154,7 +154,7 @@ def dpa_capacity(requests: int = 4096, seed: int = 0, chunk_bytes: int | None = 
     return {"study": "dpa-capacity", "seed": seed, "requests_drawn": requests,
             "chunk_bytes": chunk,
             "lengths": "scaled Beta on [min, max] matching the dataset's mean and std "
-                       "(golden/reference.py)",
+                       "(golden/system/reference.py)",
             "note": "both systems hold the same total capacity per model and split every "
                     "request's KV streams evenly over their modules, so their batches agree; "
                     "they differ in module count",

@@ -1,7 +1,7 @@
 """Full-system decode model (PIMphony, DESIGN.md §2.4 and §4).
 
 A system is ``modules = capacity / module_gb`` PIM modules of one kind
-(``golden.reference.SYSTEMS``), split into ``pp`` pipeline stages of ``tp``
+(``golden.system.reference.SYSTEMS``), split into ``pp`` pipeline stages of ``tp``
 tensor-parallel modules. Each module has ``channels_per_module`` PIM
 channels of the device profile. One *decode step* produces one token for
 every request of the batch.
@@ -42,7 +42,7 @@ after the weights (continuous batching keeps the slots full): static
 allocation reserves the context window per request, DPA whole chunks of
 the current length (:func:`kv_allocation`).
 
-Kernel cycles come from :class:`golden.kernel_timing.KernelTimer` (fast or
+Kernel cycles come from :class:`golden.system.kernel_timing.KernelTimer` (fast or
 exact mode); everything else is arithmetic on them.
 """
 
@@ -53,8 +53,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from golden.config import ChannelConfig, ConfigError, load_profile, load_profile_data
-from golden.kernel_timing import KernelTimer, Shape
-from golden.reference import CHUNK_BYTES, GB, Model, System
+from golden.system import sweep
+from golden.system.kernel_timing import MODES, KernelTimer, Shape
+from golden.system.reference import CHUNK_BYTES, GB, Model, System
 
 PARTITIONS = ("hfp", "tcp")
 KV_SCHEMES = ("static", "dpa")
@@ -274,3 +275,27 @@ def evaluate(model: Model, system: System, lengths: np.ndarray, capacity_gb: int
             "allocated_gb": adm["allocated_bytes"] / GB,
             "options": [{"tp": r["tp"], "pp": r["pp"], "tokens_per_s": r["tokens_per_s"]}
                         for r in results]}
+
+
+def check_mode(data: dict) -> None:
+    if data["mode"] not in MODES:
+        raise ConfigError(f"mode must be one of {', '.join(MODES)}, not {data['mode']!r}")
+
+
+def _calibrate(task: tuple) -> tuple:
+    profile, policy, asm, shape = task
+    timer = KernelTimer(channel_config(profile, policy, asm))
+    return policy, shape.key(), timer.calibration(shape)
+
+
+def calibrate(profile: str, policies, shapes, asm: Assumptions, mode: str,
+              sw: sweep.Sweep, progress: bool | None) -> dict:
+    """``{policy: {shape key: calibration}}`` for fast mode (empty in exact)."""
+    tables: dict = {p: {} for p in policies}
+    if mode != "fast":
+        return tables
+    tasks = [(profile, p, asm, s) for p in policies for s in shapes]
+    bar = sweep.Progress(len(tasks), "calibrate", progress)
+    for policy, key, cal in sw.map(_calibrate, tasks, bar):
+        tables[policy][key] = cal
+    return tables

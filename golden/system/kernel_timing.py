@@ -112,8 +112,10 @@ def labels(cfg: ChannelConfig, kernel: Kernel) -> dict[str, int]:
 
 def _source_digest() -> str:
     h = hashlib.sha1()
-    for name in ("channel.py", "dcs.py", "kernels.py", "kernel_timing.py", "config.py"):
-        h.update((Path(__file__).parent / name).read_bytes())
+    golden = Path(__file__).resolve().parent.parent
+    for name in ("channel.py", "streams.py", "banks.py", "dcs.py", "kernels.py",
+                 "system/kernel_timing.py", "config.py"):
+        h.update((golden / name).read_bytes())
     return h.hexdigest()[:12]
 
 

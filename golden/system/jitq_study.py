@@ -38,8 +38,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from golden.config import load_profile_data
-from golden.jitq import (
+from golden.alu import (
     DIRECTIONS,
     PLACEMENTS,
     AluChannel,
@@ -48,9 +47,10 @@ from golden.jitq import (
     command_counts,
     kernel,
 )
+from golden.config import load_profile_data
 from golden.mx import FORMATS, MxFormat
 from golden.mx import SOURCES as MX_SOURCES
-from golden.reference import JITQ_GPU, JITQ_MODELS, JitqGpu, JitqModel
+from golden.system.reference import JITQ_GPU, JITQ_MODELS, JitqGpu, JitqModel
 
 SOURCES = tuple(MX_SOURCES)
 KERNEL_TILES = 16

@@ -2,7 +2,7 @@
 Dynamic Batch Offloading (DBO) (DESIGN.md §2.5, docs/librapim.md).
 
 One device (``tp`` of them share each layer) is the NPU of
-``golden.reference.LIBRA_NPU`` beside ``LIBRA_PIM.channels`` PIM channels of
+``golden.system.reference.LIBRA_NPU`` beside ``LIBRA_PIM.channels`` PIM channels of
 the ``hbm2-pim`` profile. Per decoder layer and generation step:
 
 * **NPU** runs the FC layers (QKV, O, FFN) as a roofline: ``max(FLOPs /
@@ -11,7 +11,7 @@ the ``hbm2-pim`` profile. Per decoder layer and generation step:
   GEMV over the request's KV at that bandwidth.
 * **PIM** runs attention: each (request, KV head) pair's QK^T and SV kernels
   (``golden.kernels``, row-reuse GQA) on one channel, pairs round-robin
-  over the channels, timed by :class:`golden.kernel_timing.KernelTimer`.
+  over the channels, timed by :class:`golden.system.kernel_timing.KernelTimer`.
   An FC moved to PIM is one GEMV kernel per token.
 
 **Systems.**
@@ -56,9 +56,9 @@ import numpy as np
 
 from golden.config import ConfigError
 from golden.isa import LANES
-from golden.kernel_timing import KernelTimer, Shape
-from golden.reference import LIBRA_MODELS, LIBRA_NPU, LIBRA_PIM, LibraModel
-from golden.system import Assumptions, channel_config, t_ck_ns
+from golden.system.kernel_timing import KernelTimer, Shape
+from golden.system.model import Assumptions, calibrate, channel_config, check_mode, t_ck_ns
+from golden.system.reference import LIBRA_MODELS, LIBRA_NPU, LIBRA_PIM, LibraModel
 
 SYSTEMS = ("NPU+AiM", "AttAcc-like", "NeuPIMs-like", "LibraPIM")
 PLANS = ("none", "all-pim", "ffn-to-pim", "mha-to-npu")
@@ -355,9 +355,8 @@ def _point(p: dict) -> dict:
 def librapim(data: dict, sw, progress: bool | None = None) -> dict:
     """Tokens/s, NPU and PIM utilization per system, and LibraPIM's offload
     decision per step, over models x batch x input length."""
-    from golden import scenario as sc
-    from golden import sweep
-    from golden.pimphony import calibrate, check_mode
+    from golden.system import scenario as sc
+    from golden.system import sweep
 
     started = time.perf_counter()
     models = [LIBRA_MODELS[n] for n in sc.choose(data, "models", LIBRA_MODELS)]

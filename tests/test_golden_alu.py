@@ -1,4 +1,4 @@
-"""JIT-Q ALU channel and MX quantization kernels (golden/jitq.py)."""
+"""JIT-Q ALU channel and MX quantization kernels (golden/alu.py)."""
 
 import numpy as np
 import pytest
@@ -6,19 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from golden import numerics
-from golden.isa import (
-    AluAdd,
-    AluCmp,
-    AluLane,
-    AluLogic,
-    AluMax,
-    AluMov,
-    AluMul,
-    AluShift,
-    ErrorCode,
-    Opcode,
-)
-from golden.jitq import (
+from golden.alu import (
     DIRECTIONS,
     PLACEMENTS,
     AluChannel,
@@ -35,6 +23,18 @@ from golden.jitq import (
     load_tiles,
     parse_readback,
     read_results,
+)
+from golden.isa import (
+    AluAdd,
+    AluCmp,
+    AluLane,
+    AluLogic,
+    AluMax,
+    AluMov,
+    AluMul,
+    AluShift,
+    ErrorCode,
+    Opcode,
 )
 from golden.mx import FORMATS, quantize
 

@@ -47,7 +47,7 @@ import bisect
 import math
 from dataclasses import dataclass, field, replace
 
-from golden.reference import (
+from golden.system.reference import (
     HETERO_BANK_GRID,
     HETERO_BANKS,
     HETERO_BATCH,

@@ -1,7 +1,7 @@
 """Scenario configs for the system studies: TOML with ``--set`` overrides.
 
-Each study's defaults are ``golden/scenarios/<study>.toml`` plus the
-``[assumptions]`` table, whose defaults are :class:`golden.system.Assumptions`.
+Each study's defaults are ``golden/system/scenarios/<study>.toml`` plus the
+``[assumptions]`` table, whose defaults are :class:`golden.system.model.Assumptions`.
 A user file (``--scenario FILE``) and ``--set key=value`` pairs (dotted keys
 for tables: ``assumptions.link_gbs=128``) override them. Every key must be
 one the defaults have and every value of the default's type; otherwise a
@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 
 from golden.config import ConfigError
-from golden.system import Assumptions
+from golden.system.model import Assumptions
 
 SCENARIO_STUDIES = ("pimphony", "pimphony-scaling", "tcp-activation", "librapim")
 
@@ -25,7 +25,7 @@ SCENARIO_STUDIES = ("pimphony", "pimphony-scaling", "tcp-activation", "librapim"
 def defaults(study: str) -> dict:
     if study not in SCENARIO_STUDIES:
         raise ConfigError(f"no scenario defaults for study {study!r}")
-    text = resources.files("golden.scenarios").joinpath(f"{study}.toml").read_text()
+    text = resources.files("golden.system.scenarios").joinpath(f"{study}.toml").read_text()
     data = tomllib.loads(text)
     if study != "librapim":  # the PIMphony system model's assumptions
         data["assumptions"] = asdict(Assumptions())
@@ -121,7 +121,7 @@ def load(study: str, path: str | None = None, sets=()) -> dict:
 
 
 def assumptions(data: dict) -> Assumptions:
-    from golden.system import POLICY_BASELINES
+    from golden.system.model import POLICY_BASELINES
 
     asm = Assumptions(**data["assumptions"])
     if asm.baseline_policy not in POLICY_BASELINES:

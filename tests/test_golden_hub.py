@@ -1,4 +1,4 @@
-"""The DPA dispatcher in the golden model (golden/dpa.py): programs, host
+"""The DPA dispatcher in the golden model (golden/hub.py): programs, host
 protocol, faults, timing, the chunk allocator, and QK^T end to end."""
 
 import numpy as np
@@ -7,7 +7,7 @@ import pytest
 from golden import numerics
 from golden.channel import Command
 from golden.config import ConfigError, HubConfig, small_config, small_hub_config
-from golden.dpa import (
+from golden.hub import (
     ChunkAllocator,
     DpaFault,
     Hub,
@@ -288,7 +288,7 @@ def test_program_size_is_constant_while_the_unrolled_stream_grows():
 
 
 def test_dpa_program_size_study():
-    from golden.studies import dpa_program_size
+    from golden.system.studies import dpa_program_size
 
     r = dpa_program_size(contexts=(1024, 1 << 20))
     small, big = r["rows"]
@@ -299,8 +299,8 @@ def test_dpa_program_size_study():
 
 
 def test_dpa_capacity_study_admits_more_and_wastes_less():
-    from golden.reference import DATASETS
-    from golden.studies import dpa_capacity
+    from golden.system.reference import DATASETS
+    from golden.system.studies import dpa_capacity
 
     r = dpa_capacity(requests=512, seed=1)
     assert len(r["rows"]) == 4 * 2 * 2  # models x datasets x systems
@@ -316,7 +316,7 @@ def test_dpa_capacity_study_admits_more_and_wastes_less():
 
 
 def test_dpa_capacity_finer_chunks_waste_less():
-    from golden.studies import dpa_capacity
+    from golden.system.studies import dpa_capacity
 
     coarse = dpa_capacity(requests=256, chunk_bytes=1 << 22)["rows"]
     fine = dpa_capacity(requests=256, chunk_bytes=1 << 16)["rows"]
@@ -327,7 +327,7 @@ def test_dpa_capacity_finer_chunks_waste_less():
 
 
 def test_dataset_draws_match_the_published_moments():
-    from golden.reference import DATASETS
+    from golden.system.reference import DATASETS
 
     for d in DATASETS.values():
         x = d.sample(200_000, seed=0)

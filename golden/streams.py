@@ -1,0 +1,182 @@
+"""The channel's stream interfaces (mirrors the stream ports and FIFOs of
+``hw/channel.py``): commands and their encoding, the issue trace, the
+sticky status, and ``Streams``, what the controller sees of the command,
+write-data and read-data streams (arrival cycles, read credits) and what
+comes out of them. Shared by the channel's controllers (``golden.channel``,
+``golden.dcs``) and the ALU channel (``golden.alu``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from golden import numerics
+from golden.config import ChannelConfig
+from golden.isa import (
+    COMMAND_FIELDS,
+    FIELDS,
+    ErrorCode,
+    Opcode,
+    pack_command,
+    unpack_command,
+)
+
+CMD_ID_MOD = 1 << FIELDS["cmd_id"].width
+ERR_COUNT_MAX = (1 << FIELDS["err_count"].width) - 1
+RDATA_POP_LATENCY = 2  # issue in c -> poppable from c + 2
+
+
+class CommandError(ValueError):
+    """Raised in strict mode for a command the channel would reject."""
+
+    def __init__(self, code: ErrorCode, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Command:
+    opcode: int
+    bank: int = 0
+    row: int = 0
+    col: int = 0
+    gbuf_idx: int = 0
+    out_idx: int = 0
+
+    def pack(self) -> int:
+        return pack_command(**dataclasses.asdict(self))
+
+    @classmethod
+    def unpack(cls, word: int) -> Command:
+        return cls(**unpack_command(word))
+
+    def __str__(self) -> str:
+        try:
+            name = Opcode(self.opcode).name
+        except ValueError:
+            name = f"opcode{self.opcode}"
+        args = {f: getattr(self, f) for f in COMMAND_FIELDS[1:] if getattr(self, f)}
+        return f"{name}({', '.join(f'{k}={v}' for k, v in args.items())})"
+
+
+def wr_inp(gbuf_idx: int) -> Command:
+    return Command(Opcode.WR_INP, gbuf_idx=gbuf_idx)
+
+
+def mac(row: int, col: int, gbuf_idx: int, out_idx: int) -> Command:
+    return Command(Opcode.MAC, row=row, col=col, gbuf_idx=gbuf_idx, out_idx=out_idx)
+
+
+def rd_out(out_idx: int) -> Command:
+    return Command(Opcode.RD_OUT, out_idx=out_idx)
+
+
+def rd(bank: int, row: int, col: int) -> Command:
+    return Command(Opcode.RD, bank=bank, row=row, col=col)
+
+
+def wr(bank: int, row: int, col: int) -> Command:
+    return Command(Opcode.WR, bank=bank, row=row, col=col)
+
+
+def act_ahead(bank: int, row: int) -> Command:
+    return Command(Opcode.ACT_AHEAD, bank=bank, row=row)
+
+
+@dataclass(frozen=True)
+class TraceEntry:
+    cmd_id: int
+    opcode: Opcode
+    cycle: int
+
+    def __str__(self) -> str:
+        return f"cycle {self.cycle:>7}: id {self.cmd_id:>5} {self.opcode.name}"
+
+
+@dataclass
+class Status:
+    err_code: ErrorCode = ErrorCode.NONE
+    err_id: int = 0
+    err_count: int = 0
+
+
+@dataclass
+class RunResult:
+    trace: list[TraceEntry]
+    rdata: list[int]  # 256-bit read beats, in order
+    errors: list[tuple[int, ErrorCode]]  # (cmd_id, code) of every dropped command
+    status: Status
+    cycles: int  # cycle after the last command finished
+
+    @property
+    def mac_count(self) -> int:
+        return sum(1 for t in self.trace if t.opcode == Opcode.MAC)
+
+
+
+
+class Streams:
+    """The channel's stream interfaces as the controller sees them: command
+    and write-beat arrival cycles, read credits, and what comes out."""
+
+    def __init__(self, config: ChannelConfig, commands: list[Command], wdata: list[int],
+                 cmd_arrivals, wdata_arrivals, rdata_pops):
+        n = len(commands)
+        self.config, self.commands, self.wdata = config, commands, wdata
+        self.cmd_arrivals = list(cmd_arrivals) if cmd_arrivals is not None else [0] * n
+        self.wdata_arrivals = (list(wdata_arrivals) if wdata_arrivals is not None
+                               else [0] * len(wdata))
+        if len(self.cmd_arrivals) != n or len(self.wdata_arrivals) != len(wdata):
+            raise ValueError("arrival lists must match the command and write-data lists")
+        self.rdata_pops = rdata_pops
+        self.wbeat = 0
+        self.read_issue: list[int] = []
+        self.trace: list[TraceEntry] = []
+        self.rdata: list[int] = []
+        self.errors: list[tuple[int, ErrorCode]] = []
+        self.status = Status()
+
+    def wdata_ready(self) -> int:
+        """Cycle from which the next write beat is visible."""
+        k = self.wbeat
+        if k >= len(self.wdata):
+            raise ValueError(f"command needs write-data beat {k} but only "
+                             f"{len(self.wdata)} given")
+        return self.wdata_arrivals[k] + 1
+
+    def take_wdata(self) -> tuple[int, np.ndarray]:
+        ready = self.wdata_ready()
+        beat = numerics.words_to_lanes(self.wdata[self.wbeat])
+        self.wbeat += 1
+        return ready, beat
+
+    def read_credit_ready(self) -> int:
+        """Earliest cycle a new read may issue: fewer than rdata_depth beats
+        issued before it may still be unpopped."""
+        j = len(self.read_issue) - self.config.rdata_depth  # waits for beat j's pop
+        if j < 0:
+            return 0
+        if self.rdata_pops is not None:
+            if j >= len(self.rdata_pops):
+                raise ValueError(f"read beat {j} was never popped; the run cannot complete")
+            return self.rdata_pops[j] + 1
+        return self.read_issue[j] + RDATA_POP_LATENCY + 1
+
+    def record_error(self, cmd_id: int, code: ErrorCode) -> None:
+        """A dropped command: listed, and the sticky status updated."""
+        self.errors.append((cmd_id, code))
+        st = self.status
+        if st.err_code == ErrorCode.NONE:
+            st.err_code, st.err_id = code, cmd_id
+        st.err_count = min(st.err_count + 1, ERR_COUNT_MAX)
+
+    def issue(self, cycle: int, beat: int | None) -> None:
+        if beat is not None:
+            self.read_issue.append(cycle)
+            self.rdata.append(beat)
+
+    def result(self, cycles: int) -> RunResult:
+        return RunResult(self.trace, self.rdata, self.errors, self.status, cycles)
+
