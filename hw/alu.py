@@ -36,13 +36,9 @@ from golden.isa import (
     Opcode,
     layout_widths,
 )
-from hw.channel import (
-    ID_BITS,
-    bank_rules,
-    select,
-    stream_fifos,
-    stream_ports,
-)
+from hw.banks import bank_timing, choose, issued
+from hw.streams import ID_BITS, stream_fifos, stream_ports
+from hw.util import select
 
 AluCommandLayout = data.StructLayout(layout_widths(ALU_COMMAND_FIELDS))
 MASK16 = 0xFFFF
@@ -98,15 +94,15 @@ class AluChannel(wiring.Component):
         with m.Elif((host | is_mem) & (head.col >= cfg.cols)):
             m.d.comb += err.eq(ErrorCode.COL_RANGE)
 
-        # ---- banks: open rows and timing (hw.channel.bank_rules) -----------
+        # ---- banks: open rows and timing (hw.banks.BankTiming) -------------
         parity = [Const(sum(1 << b for b in range(s, B, 2)), B) for s in (0, 1)]
         onehot = Signal(B)
         m.d.comb += onehot.eq(Const(1, B) << head.bank[:max(1, (B - 1).bit_length())])
         touched = Signal(B)
         m.d.comb += touched.eq(Mux(is_mem, Mux(head.bank[0], parity[1], parity[0]),
                                    Mux(host, onehot, 0)))
-        banks = bank_rules(m, B, cfg.rows, tm, head.row, touched, is_mem,
-                           ccd_every_column=True)
+        banks = bank_timing(m, "banks", B, cfg.rows, tm, head.row, touched, is_mem,
+                            ccd_every_column=True)
 
         outstanding = Signal(range(cfg.rdata_depth + 1))
         credit = outstanding < cfg.rdata_depth
@@ -117,8 +113,8 @@ class AluChannel(wiring.Component):
             with m.If(err != 0):
                 m.d.comb += do_drop.eq(~is_wr | wdata_fifo.r_rdy)
             with m.Else():
-                banks.choose(do_pre, do_act, do_col, data_ok)
-        banks.update(do_pre, do_act, do_col)
+                choose(m, banks, do_pre, do_act, do_col, data_ok)
+        issued(m, banks, do_pre, do_act, do_col)
         pop = do_col | do_drop
         m.d.comb += [cmd_fifo.r_en.eq(pop), wdata_fifo.r_en.eq(pop & is_wr)]
 

@@ -2,16 +2,19 @@
 
 The specification is ``golden.channel`` (static and ping-pong) and
 ``golden.dcs`` (Dynamic Command Scheduling); their docstrings list the
-issue rules, and this module implements them cycle for cycle. Structure::
+issue rules, and this module implements them cycle for cycle. Structure
+(each block a component or a named part of this one)::
 
     cmd ──► cmd FIFO ──► check ──► controller ──────────► trace (id, kind, cycle)
     wdata ─► wdata FIFO ─────────────┘ │ in order: the FIFO head issues
-                                       │ dcs: decode (D-Table) -> compute / I/O
+             (hw/streams.py)           │ dcs: decode (D-Table) -> compute / I/O
                                        │      queues -> issue (S-Table)
+                                       │ banks: open rows, tRAS/tRCD/tRP/tCCD/tFAW
+                                       │        (hw/banks.py BankTiming)
                                 issue (c)
-              GBuf / bank memories: sync read ports, addressed in cycle c
-                                   stage 1 (c + 1): MAC tree -> OBuf,
-                                   RD / RD-OUT beat -> rdata FIFO ──► rdata
+              datapath (hw/datapath.py): GBuf / bank memories, sync read
+              ports addressed in cycle c; stage 1 (c + 1): MAC tree -> OBuf,
+              RD / RD-OUT beat -> rdata FIFO ──► rdata
 
 Timing constraints are down-counters that reach zero when the constraint is
 met (tRAS, tRCD, tRP per bank; tCCD per channel; the static gap per buffer
@@ -21,30 +24,27 @@ its effects happen in issue order, as in the golden model.
 """
 
 from amaranth import Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, fifo, memory, stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In
 
 from golden.config import ChannelConfig
 from golden.dcs import WINDOW
 from golden.isa import (
-    COMMAND_FIELDS,
     FIELDS,
-    LANES,
-    STATUS_FIELDS,
-    TRACE_FIELDS,
     WORD_BITS,
     ErrorCode,
     Opcode,
-    layout_widths,
 )
-from hw.fp import f32_to_bf16, mac_tree
+from hw.banks import bank_timing, choose, issued
+from hw.datapath import Datapath
+from hw.streams import (
+    ID_BITS,
+    CommandLayout,
+    stream_fifos,
+    stream_ports,
+)
+from hw.util import counter, select
 
-CommandLayout = data.StructLayout(layout_widths(COMMAND_FIELDS))
-TraceLayout = data.StructLayout(layout_widths(TRACE_FIELDS))
-#: A valid/payload stream with no ready: the trace may not stall the channel.
-TraceSignature = wiring.Signature({"valid": Out(1), "payload": Out(TraceLayout)})
-StatusLayout = data.StructLayout(layout_widths(STATUS_FIELDS))
-ID_BITS = FIELDS["cmd_id"].width
 #: A DCS queue entry: the command, its ID, its dependency IDs (valid + ID) on
 #: the GBuf and OBuf entries it touches, and the discard flag of a rejected
 #: write whose beat must still be consumed in stream order.
@@ -52,15 +52,6 @@ EntryLayout = data.StructLayout({
     "cmd": CommandLayout, "cmd_id": ID_BITS, "discard": 1,
     "dg_valid": 1, "dg_id": ID_BITS, "do_valid": 1, "do_id": ID_BITS,
 })
-
-
-def select(index, items):
-    """``items[index]`` as a mux chain: no incomplete case for item counts
-    that are not a power of two (an index past the end gives item 0)."""
-    out = items[0]
-    for i, item in enumerate(items[1:], start=1):
-        out = Mux(index == i, item, out)
-    return out
 
 
 class _Op:
@@ -100,130 +91,6 @@ def command_error(m, cfg, cmd, op, name):
     with m.Elif(op.touches_obuf & (cmd.out_idx >= cfg.obuf_entries)):
         m.d.comb += err.eq(ErrorCode.OBUF_RANGE)
     return err
-
-
-def _counter(limit, name):
-    return Signal(range(max(limit, 2)), name=name)
-
-
-def stream_ports(cmd_layout) -> dict:
-    """The stream interface a channel and the ALU channel share: commands of
-    ``cmd_layout``, write and read beats, the trace, the sticky status, its
-    clear and the cycle counter."""
-    return {
-        "cmd": In(stream.Signature(cmd_layout)),
-        "wdata": In(stream.Signature(WORD_BITS)),
-        "rdata": Out(stream.Signature(WORD_BITS)),
-        "trace": Out(TraceSignature),
-        "status": Out(StatusLayout),
-        "err_clear": In(1),
-        "cycle": Out(FIELDS["cycle"].width),
-    }
-
-
-def stream_fifos(m, top, cmd_width, data_width):
-    """The command, write-data and read-data FIFOs behind ``top``'s
-    ``cmd``/``wdata``/``rdata`` streams (depths from ``top.config``), and
-    its ``cycle`` counter."""
-    cfg = top.config
-    m.submodules.cmd_fifo = cmd_fifo = fifo.SyncFIFO(width=cmd_width, depth=cfg.cmd_depth)
-    m.submodules.wdata_fifo = wdata_fifo = fifo.SyncFIFO(width=data_width,
-                                                         depth=cfg.wdata_depth)
-    m.submodules.rdata_fifo = rdata_fifo = fifo.SyncFIFO(width=data_width,
-                                                         depth=cfg.rdata_depth)
-    m.d.comb += [
-        cmd_fifo.w_data.eq(top.cmd.payload), cmd_fifo.w_en.eq(top.cmd.valid),
-        top.cmd.ready.eq(cmd_fifo.w_rdy),
-        wdata_fifo.w_data.eq(top.wdata.payload), wdata_fifo.w_en.eq(top.wdata.valid),
-        top.wdata.ready.eq(wdata_fifo.w_rdy),
-        top.rdata.payload.eq(rdata_fifo.r_data), top.rdata.valid.eq(rdata_fifo.r_rdy),
-        rdata_fifo.r_en.eq(top.rdata.ready),
-    ]
-    m.d.sync += top.cycle.eq(top.cycle + 1)
-    return cmd_fifo, wdata_fifo, rdata_fifo
-
-
-def bank_rules(m, B, rows, tm, row, touched, as_set, ccd_every_column=False):
-    """Open rows and bank timing (tRAS, tRCD, tRP per bank; tCCD per channel;
-    tFAW when ``tm.t_faw``) for a command that touches the banks in mask
-    ``touched`` at ``row``: what it needs next (PRE, ACT or the column access)
-    and whether the timing allows it now. ``as_set``: the banks open together,
-    like the channel's all-bank MAC (if any touched bank is off the row,
-    precharge every open touched bank); otherwise each touched bank on its
-    own. tCCD separates column accesses to the banks, or with
-    ``ccd_every_column`` every column command. ``update`` applies an issue;
-    ``choose`` drives the next action. B counts row-buffer units: banks, or
-    bank partitions of dual-path banks."""
-    open_ = Signal(B)
-    open_row = [Signal(range(max(2, rows)), name=f"open_row{b}") for b in range(B)]
-    ras = [_counter(tm.t_ras, f"ras_cnt{b}") for b in range(B)]
-    rcd = [_counter(tm.t_rcd, f"rcd_cnt{b}") for b in range(B)]
-    rp = [_counter(tm.t_rp, f"rp_cnt{b}") for b in range(B)]
-    ccd = _counter(tm.t_ccd, "ccd_cnt")
-    t_faw = tm.t_faw
-    faw = [_counter(t_faw, f"faw_cnt{k}") for k in range(4)] if t_faw else []
-    for cnt in [*ras, *rcd, *rp, ccd, *faw]:
-        with m.If(cnt != 0):
-            m.d.sync += cnt.eq(cnt - 1)
-
-    row_hit = Signal(B)
-    m.d.comb += row_hit.eq(Cat(open_[b] & (open_row[b] == row) for b in range(B)))
-    pre_mask = Signal(B)
-    with m.If(as_set):
-        m.d.comb += pre_mask.eq(Mux((row_hit & touched) != touched, open_ & touched, 0))
-    with m.Else():
-        m.d.comb += pre_mask.eq(touched & open_ & ~row_hit)
-    act_mask = Signal(B)
-    m.d.comb += act_mask.eq(touched & ~open_)
-
-    def all_zero(cnts, mask):
-        return Cat((~mask[b]) | (cnts[b] == 0) for b in range(B)).all()
-
-    class Rules:
-        pass
-
-    r = Rules()
-    r.pre_mask, r.act_mask, r.touched = pre_mask, act_mask, touched
-    r.pre_ok = all_zero(ras, pre_mask)
-    # tFAW: the fourth ACT back is t_faw cycles old
-    r.act_ok = all_zero(rp, act_mask) & ((faw[3] == 0) if faw else 1)
-    ccd_ok = (ccd == 0) if ccd_every_column else ((touched == 0) | (ccd == 0))
-    r.col_ok = all_zero(rcd, touched) & ccd_ok
-    r.open_ = open_
-
-    def update(do_pre, do_act, do_col):
-        with m.If(do_pre):
-            m.d.sync += open_.eq(open_ & ~pre_mask)
-            for b in range(B):
-                with m.If(pre_mask[b]):
-                    m.d.sync += rp[b].eq(tm.t_rp - 1)
-        with m.If(do_act):
-            m.d.sync += open_.eq(open_ | act_mask)
-            for b in range(B):
-                with m.If(act_mask[b]):
-                    m.d.sync += [open_row[b].eq(row), ras[b].eq(tm.t_ras - 1),
-                                 rcd[b].eq(tm.t_rcd - 1)]
-            if faw:
-                m.d.sync += faw[0].eq(t_faw - 1)
-                for k in range(1, 4):
-                    m.d.sync += faw[k].eq(Mux(faw[k - 1] != 0, faw[k - 1] - 1, 0))
-        with m.If(do_col & (1 if ccd_every_column else (touched != 0))):
-            m.d.sync += ccd.eq(tm.t_ccd - 1)
-
-    def choose(do_pre, do_act, do_col, col_cond, col_free=None):
-        """Drive the next action the command needs: PRE, ACT, or the
-        column access once ``col_cond`` also holds (with ``col_free``: at
-        once, no column rules: the command ends when its row is open)."""
-        with m.If(pre_mask != 0):
-            m.d.comb += do_pre.eq(r.pre_ok)
-        with m.Elif(act_mask != 0):
-            m.d.comb += do_act.eq(r.act_ok)
-        with m.Else():
-            col = r.col_ok & col_cond
-            m.d.comb += do_col.eq(col if col_free is None else Mux(col_free, col_cond, col))
-
-    r.update, r.choose = update, choose
-    return r
 
 
 class Channel(wiring.Component):
@@ -277,7 +144,7 @@ class Channel(wiring.Component):
 
     def _bank_rules(self, m, cmd, op, enable):
         """Open rows and bank timing for the command that may use the banks
-        (``bank_rules``): a MAC touches every bank, RD/WR (ACT-AHEAD) their
+        (``hw.banks.BankTiming``): a MAC touches every bank, RD/WR (ACT-AHEAD) their
         bank. Dual-path banks are two units each, ``b`` (rows below
         ``slice_rows``) and ``B + b`` (the rest); unsliced, only the first."""
         cfg = self.config
@@ -288,14 +155,14 @@ class Channel(wiring.Component):
         m.d.comb += touched.eq(Mux(enable & op.mac, (1 << B) - 1,
                                    Mux(enable & (op.normal | op.act_ahead), bank_onehot, 0)))
         if not cfg.dual_path:
-            return bank_rules(m, B, cfg.rows, cfg.timing, cmd.row, touched, op.mac)
+            return bank_timing(m, "banks", B, cfg.rows, cfg.timing, cmd.row, touched, op.mac)
         sliced = Signal()
         upper = Signal()  # the command's row is in the second partition
         m.d.comb += [sliced.eq(self.slice_rows != 0),
                      upper.eq(sliced & (cmd.row >= self.slice_rows))]
         units = Signal(2 * B)
         m.d.comb += units.eq(Mux(upper, Cat(Const(0, B), touched), touched))
-        return bank_rules(m, 2 * B, cfg.rows, cfg.timing, cmd.row, units, op.mac)
+        return bank_timing(m, "banks", 2 * B, cfg.rows, cfg.timing, cmd.row, units, op.mac)
 
     def elaborate(self, platform):
         cfg = self.config
@@ -341,7 +208,12 @@ class Channel(wiring.Component):
                 m.d.sync += self.status.err_count.eq(self.status.err_count + 1)
 
         if self.datapath:
-            self._datapath(m, iss, wdata_fifo, rdata_fifo)
+            m.submodules.datapath = dp = Datapath(cfg)
+            m.d.comb += [dp.col.eq(iss.do_col), dp.cmd.eq(iss.cmd), dp.wbeat.eq(wdata_fifo.r_data),
+                         dp.wr_inp.eq(iss.op.wr_inp), dp.mac.eq(iss.op.mac),
+                         dp.rd_out.eq(iss.op.rd_out), dp.rd.eq(iss.op.is_[Opcode.RD]),
+                         dp.wr.eq(iss.op.is_[Opcode.WR]),
+                         rdata_fifo.w_en.eq(dp.rbeat_valid), rdata_fifo.w_data.eq(dp.rbeat)]
         else:  # read beats still enter the FIFO the cycle after issue
             m.d.sync += rdata_fifo.w_en.eq(iss.do_col & iss.op.read)
         return m
@@ -356,7 +228,7 @@ class Channel(wiring.Component):
 
         # Static gaps per buffer half (static: both halves always).
         max_gap = max(tm.t_wr_inp, tm.t_mac, tm.t_rd_out, tm.t_ccd, 1)
-        gaps = [_counter(max_gap, f"gap{h}_cnt") for h in range(2)]
+        gaps = [counter(max_gap, f"gap{h}_cnt") for h in range(2)]
         for g in gaps:
             with m.If(g != 0):
                 m.d.sync += g.eq(g - 1)
@@ -381,11 +253,11 @@ class Channel(wiring.Component):
             with m.If(err != 0):
                 m.d.comb += do_drop.eq(~op.write | wdata_fifo.r_rdy)
             with m.Elif(gap_ok):
-                banks.choose(do_pre, do_act, do_step, data_ok, col_free=op.act_ahead)
+                choose(m, banks, do_pre, do_act, do_step, data_ok, col_free=op.act_ahead)
         # ACT-AHEAD ends, untraced, once its row is open; the rest issue
         do_col, do_done = Signal(name="do_col"), Signal(name="do_done")
         m.d.comb += [do_col.eq(do_step & ~op.act_ahead), do_done.eq(do_step & op.act_ahead)]
-        banks.update(do_pre, do_act, do_col)
+        issued(m, banks, do_pre, do_act, do_col)
 
         gap_after = Const(0, gaps[0].shape())
         for o, sel in op.is_.items():
@@ -403,7 +275,7 @@ class Channel(wiring.Component):
         m.d.comb += [cmd_fifo.r_en.eq(pop), wdata_fifo.r_en.eq(pop & op.write)]
         return _Issue(do_pre=do_pre, do_act=do_act, do_col=do_col, cmd=head, op=op,
                       cmd_id=self._next_id, err_record=do_drop, err_code=err,
-                      open_=banks.open_)
+                      open_=banks.open)
 
     # ---- Dynamic Command Scheduling ------------------------------------
     def _queue(self, m, depth, name, push, entry, pop):
@@ -432,12 +304,12 @@ class Channel(wiring.Component):
         done_max = max(tm.t_wr_inp, tm.t_mac, tm.t_rd_out)
         sg_valid = [Signal(name=f"stab_g{e}_valid") for e in range(G)]
         sg_id = [Signal(ID_BITS, name=f"stab_g{e}_id") for e in range(G)]
-        sg_cnt = [_counter(done_max, f"stab_g{e}_cnt") for e in range(G)]
+        sg_cnt = [counter(done_max, f"stab_g{e}_cnt") for e in range(G)]
         so_valid = [Signal(name=f"stab_o{e}_valid") for e in range(O)]
         so_id = [Signal(ID_BITS, name=f"stab_o{e}_id") for e in range(O)]
-        so_cnt = [_counter(done_max, f"stab_o{e}_cnt") for e in range(O)]
+        so_cnt = [counter(done_max, f"stab_o{e}_cnt") for e in range(O)]
         so_mac = [Signal(name=f"stab_o{e}_mac") for e in range(O)]
-        so_ccd = [_counter(tm.t_ccd, f"stab_o{e}_ccd") for e in range(O)]
+        so_ccd = [counter(tm.t_ccd, f"stab_o{e}_ccd") for e in range(O)]
         for cnt in [*sg_cnt, *so_cnt, *so_ccd]:
             with m.If(cnt != 0):
                 m.d.sync += cnt.eq(cnt - 1)
@@ -480,7 +352,7 @@ class Channel(wiring.Component):
 
         c_pre, c_act, c_col = Signal(), Signal(), Signal()
         with m.If(c_valid):
-            banks.choose(c_pre, c_act, c_col, c_deps)
+            choose(m, banks, c_pre, c_act, c_col, c_deps)
         c_issue = c_pre | c_act | c_col
 
         io_pre, io_act, io_col, io_discard = Signal(), Signal(), Signal(), Signal()
@@ -491,12 +363,12 @@ class Channel(wiring.Component):
             with m.Elif(~io_op.normal):  # WR-INP, RD-OUT: no bank
                 m.d.comb += io_col.eq(io_deps & io_data_ok)
             with m.Else():  # RD/WR: the banks serve it
-                banks.choose(io_pre, io_act, io_col, io_data_ok)
+                choose(m, banks, io_pre, io_act, io_col, io_data_ok)
 
         do_pre, do_act, do_col = (Signal(name=n) for n in ("do_pre", "do_act", "do_col"))
         m.d.comb += [do_pre.eq(c_pre | io_pre), do_act.eq(c_act | io_act),
                      do_col.eq(c_col | io_col)]
-        banks.update(do_pre, do_act, c_col | (io_col & io_op.normal))
+        issued(m, banks, do_pre, do_act, c_col | (io_col & io_op.normal))
         iss_entry = data.View(EntryLayout, Mux(c_issue, ch.as_value(), ih.as_value()))
         iss_op = _Op(m, iss_entry.cmd.opcode, "issue")
         m.d.comb += [pop_c.eq(c_col), pop_io.eq(io_col | io_discard),
@@ -580,66 +452,7 @@ class Channel(wiring.Component):
                        "pop_io": pop_io}
         return _Issue(do_pre=do_pre, do_act=do_act, do_col=do_col, cmd=iss_entry.cmd, op=iss_op,
                       cmd_id=iss_entry.cmd_id, err_record=dec_bad, err_code=err,
-                      open_=banks.open_)
-
-    # ---- datapath, driven by the issuing command ---------------------------
-    def _datapath(self, m, iss, wdata_fifo, rdata_fifo):
-        cfg = self.config
-        B = cfg.banks
-        cmd, op, do_col = iss.cmd, iss.op, iss.do_col
-        addr = Signal(range(max(2, cfg.rows * cfg.cols)))
-        m.d.comb += addr.eq(cmd.row * cfg.cols + cmd.col)
-        m.submodules.gbuf = gbuf = memory.Memory(shape=WORD_BITS, depth=cfg.gbuf_entries, init=[])
-        gbuf_w, gbuf_r = gbuf.write_port(), gbuf.read_port()
-        m.d.comb += [gbuf_w.addr.eq(cmd.gbuf_idx), gbuf_w.data.eq(wdata_fifo.r_data),
-                     gbuf_w.en.eq(do_col & op.wr_inp), gbuf_r.addr.eq(cmd.gbuf_idx),
-                     gbuf_r.en.eq(do_col & op.mac)]
-        # Read ports only read for the command that needs them: the MAC trees
-        # then see stable inputs between MACs (less simulator activity).
-        bank_read = do_col & (op.mac | op.is_[Opcode.RD])
-        bank_data = []
-        for b in range(B):
-            mem = memory.Memory(shape=WORD_BITS, depth=cfg.rows * cfg.cols, init=[])
-            m.submodules[f"bank{b}"] = mem
-            w, r = mem.write_port(), mem.read_port()
-            m.d.comb += [w.addr.eq(addr), w.data.eq(wdata_fifo.r_data),
-                         w.en.eq(do_col & op.is_[Opcode.WR] & (cmd.bank == b)), r.addr.eq(addr),
-                         r.en.eq(bank_read)]
-            bank_data.append(r.data)
-
-        # stage 1: the cycle after issue, when the read ports deliver
-        s1_mac, s1_rd_out, s1_rd = Signal(), Signal(), Signal()
-        s1_out = Signal(range(max(2, cfg.obuf_entries)))  # never zero-width
-        s1_bank = Signal(range(max(2, B)))
-        m.d.sync += [s1_mac.eq(do_col & op.mac), s1_rd_out.eq(do_col & op.rd_out),
-                     s1_rd.eq(do_col & op.is_[Opcode.RD])]
-        # Captured only at an issue: the OBuf read mux, and the MAC trees and
-        # BF16 rounding behind it, stay still while a queue head waits.
-        with m.If(do_col):
-            m.d.sync += [s1_out.eq(cmd.out_idx), s1_bank.eq(cmd.bank)]
-
-        obuf = [[Signal(32, name=f"obuf{e}_bank{b}") for b in range(B)]
-                for e in range(cfg.obuf_entries)]
-        acc = [select(s1_out, [obuf[e][b] for e in range(cfg.obuf_entries)]) for b in range(B)]
-
-        def lanes(word):
-            return [word[16 * i:16 * (i + 1)] for i in range(LANES)]
-
-        mac_out = [mac_tree(m, lanes(bank_data[b]), lanes(gbuf_r.data), acc[b], name=f"mac{b}")
-                   for b in range(B)]
-        rd_out_word = Cat(*[f32_to_bf16(m, acc[b], name=f"rdout{b}") for b in range(B)],
-                          Const(0, 16 * (LANES - B)))
-        for e in range(cfg.obuf_entries):
-            with m.If(s1_out == e):
-                for b in range(B):
-                    with m.If(s1_mac):
-                        m.d.sync += obuf[e][b].eq(mac_out[b])
-                    with m.If(s1_rd_out):
-                        m.d.sync += obuf[e][b].eq(0)
-        m.d.comb += [
-            rdata_fifo.w_en.eq(s1_rd_out | s1_rd),
-            rdata_fifo.w_data.eq(Mux(s1_rd_out, rd_out_word, select(s1_bank, bank_data))),
-        ]
+                      open_=banks.open)
 
 
 class _Issue:

@@ -45,7 +45,8 @@ from golden.isa import (
     ReqState,
     layout_widths,
 )
-from hw.channel import Channel, CommandLayout, TraceSignature, _Op, command_error
+from hw.channel import Channel, _Op, command_error
+from hw.streams import CommandLayout, TraceSignature
 
 HostLayout = data.StructLayout(layout_widths(HOST_FIELDS))
 ResponseLayout = data.StructLayout(layout_widths(RESPONSE_FIELDS))

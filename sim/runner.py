@@ -206,7 +206,7 @@ def convert_waves(sim: str, test_dir: Path) -> Path | None:
 #: The main view: the streams, the controller's issue trace and status.
 GTKW_SIGNALS = ("clk", "rst", "cycle", "cmd__valid", "cmd__ready", "cmd__payload",
                 "wdata__valid", "wdata__ready", "rdata__valid", "rdata__ready", "trace__valid",
-                "trace__payload", "status", "open_", "gap0_cnt", "gap1_cnt", "ccd_cnt",
+                "trace__payload", "status", "open", "gap0_cnt", "gap1_cnt", "ccd_cnt",
                 "outstanding", "compute_q_count", "io_q_count", "fence")
 
 
@@ -215,12 +215,9 @@ def write_gtkw(vcd: Path) -> Path:
     from vcdvcd import VCDVCD
 
     names = VCDVCD(str(vcd), only_sigs=True).signals
-    depth = min(x.count(".") for x in names)
-    by_leaf = {}  # the toplevel's ports first, then the channel's own nets
-    for level in (depth, depth + 1):
-        for n in names:
-            if n.count(".") == level:
-                by_leaf.setdefault(n.split(".")[-1].split("[")[0], n)
+    by_leaf = {}  # the toplevel's ports first, then the channel's nets, then its blocks'
+    for n in sorted(names, key=lambda x: x.count(".")):
+        by_leaf.setdefault(n.split(".")[-1].split("[")[0], n)
     lines = [f'[dumpfile] "{vcd.resolve()}"', "[timestart] 0"]
     for leaf in GTKW_SIGNALS:
         if leaf in by_leaf:

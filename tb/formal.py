@@ -28,7 +28,8 @@ from amaranth.lib import data
 
 from golden.config import ChannelConfig, Timing
 from golden.isa import Opcode
-from hw.channel import ID_BITS, Channel, CommandLayout
+from hw.channel import Channel
+from hw.streams import ID_BITS, CommandLayout
 
 FORMAL_CONFIG = ChannelConfig(
     banks=1, rows=1, cols=1, gbuf_entries=2, obuf_entries=2, cmd_depth=2, wdata_depth=2,
