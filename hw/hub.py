@@ -45,7 +45,8 @@ from golden.isa import (
     ReqState,
     layout_widths,
 )
-from hw.channel import Channel, _Op, command_error
+from hw.channel import Channel
+from hw.controller import OpDecode, command_error
 from hw.streams import CommandLayout, TraceSignature
 
 HostLayout = data.StructLayout(layout_widths(HOST_FIELDS))
@@ -181,7 +182,7 @@ class PimModule(wiring.Component):
         mc_gpr = Signal(FIELDS["gpr_addr"].width)
         mc_discard = Signal()
         mc_cmd_taken, mc_w_taken = Signal(N), Signal(N)
-        mc_op = _Op(m, mc_cmd.opcode, "mc")
+        mc_op = OpDecode(m, mc_cmd.opcode, "mc")
         addr_fifos = []
         cmd_acc, w_acc, done = Signal(N), Signal(N), Signal(N)
         depth = cfg.cmd_depth + cfg.io_depth + cfg.compute_depth + cfg.rdata_depth + 4
@@ -411,7 +412,7 @@ class PimModule(wiring.Component):
         # ---- host FSM + decoder ------------------------------------------------------
         hp = self.host.payload
         raw_cmd = data.View(CommandLayout, hp.data[:CommandLayout.size])
-        raw_op = _Op(m, raw_cmd.opcode, "raw")
+        raw_op = OpDecode(m, raw_cmd.opcode, "raw")
         raw_err = command_error(m, cfg, raw_cmd, raw_op, "raw_err")
         raw_read = raw_op.read
         hr = hp.req_id[:RW]

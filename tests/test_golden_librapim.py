@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from golden.system import pimphony, scenario, sweep
 from golden.config import ConfigError, load_profile
+from golden.system import pimphony, scenario, sweep
 from golden.system.kernel_timing import KernelTimer
 from golden.system.librapim import (
     PLANS,

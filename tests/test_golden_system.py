@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from golden.system import pimphony, scenario, sweep
 from golden.config import ConfigError, load_profile
+from golden.system import pimphony, scenario, sweep
 from golden.system.kernel_timing import CALIBRATE, LABELS, KernelTimer, Shape
 from golden.system.model import (
     COMPONENTS,

@@ -1,0 +1,199 @@
+"""The channel's controllers (DESIGN.md §2.2): what every policy shares,
+and the in-order controllers (static and ping-pong, specified by
+``golden.channel``). The DCS controller is ``hw/dcs.py``.
+
+A controller sees the command FIFO's head (``head``, its ID ``head_id``),
+whether a write beat waits (``wbeat_valid``) and a read credit is free
+(``credit``); it pops them (``head_pop``, ``wbeat_pop``) and reports one
+issue per cycle (``issue``: PRE, ACT or the column action of a command,
+with the command, its ID and its decoded opcode; or a dropped command and
+its error code). It owns the bank timing (``hw/banks.py``). The channel
+(``hw/channel.py``) turns ``issue`` into the trace, the status, the read
+credits and the datapath's work.
+"""
+
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from golden.config import ChannelConfig
+from golden.isa import FIELDS, ErrorCode, Opcode
+from hw.banks import bank_timing, choose, issued
+from hw.streams import ID_BITS, CommandLayout
+from hw.util import counter
+
+#: One cycle's issue: the action (at most one of pre / act / col), the
+#: command it serves and its ID, the command's opcode decoded, and a command
+#: dropped at decode (``err``) with its error code.
+IssueLayout = data.StructLayout({
+    "pre": 1, "act": 1, "col": 1, "cmd": CommandLayout, "cmd_id": ID_BITS,
+    "wr_inp": 1, "mac": 1, "rd_out": 1, "rd": 1, "wr": 1,
+    "err": 1, "err_code": FIELDS["err_code"].width,
+})
+
+
+class OpDecode:
+    """Opcode decode of one command view."""
+
+    OPS = (Opcode.WR_INP, Opcode.MAC, Opcode.RD_OUT, Opcode.RD, Opcode.WR, Opcode.ACT_AHEAD)
+
+    def __init__(self, m, opcode, name):
+        self.is_ = {o: Signal(name=f"{name}_is_{o.name.lower()}") for o in self.OPS}
+        m.d.comb += [s.eq(opcode == o) for o, s in self.is_.items()]
+        i = self.is_
+        self.wr_inp, self.mac, self.rd_out = i[Opcode.WR_INP], i[Opcode.MAC], i[Opcode.RD_OUT]
+        self.normal = i[Opcode.RD] | i[Opcode.WR]
+        self.act_ahead = i[Opcode.ACT_AHEAD]
+        self.write = i[Opcode.WR_INP] | i[Opcode.WR]
+        self.read = i[Opcode.RD_OUT] | i[Opcode.RD]
+        self.uses_bank = i[Opcode.MAC] | self.normal
+        self.touches_gbuf = i[Opcode.WR_INP] | i[Opcode.MAC]
+        self.touches_obuf = i[Opcode.MAC] | i[Opcode.RD_OUT]
+
+
+def command_error(m, cfg, cmd, op, name):
+    """Error code of ``cmd`` (0: good) on a channel of ``cfg``, in the
+    priority of ``golden.channel.ChannelModel.check``."""
+    err = Signal(FIELDS["err_code"].width, name=name)
+    ahead = op.act_ahead if cfg.dual_path else Const(0)  # ACT-AHEAD: dual-path banks only
+    with m.If(~(op.write | op.read | op.mac | ahead)):
+        m.d.comb += err.eq(ErrorCode.BAD_OPCODE)
+    with m.Elif((op.normal | ahead) & (cmd.bank >= cfg.banks)):
+        m.d.comb += err.eq(ErrorCode.BANK_RANGE)
+    with m.Elif((op.uses_bank | ahead) & (cmd.row >= cfg.rows)):
+        m.d.comb += err.eq(ErrorCode.ROW_RANGE)
+    with m.Elif(op.uses_bank & (cmd.col >= cfg.cols)):
+        m.d.comb += err.eq(ErrorCode.COL_RANGE)
+    with m.Elif(op.touches_gbuf & (cmd.gbuf_idx >= cfg.gbuf_entries)):
+        m.d.comb += err.eq(ErrorCode.GBUF_RANGE)
+    with m.Elif(op.touches_obuf & (cmd.out_idx >= cfg.obuf_entries)):
+        m.d.comb += err.eq(ErrorCode.OBUF_RANGE)
+    return err
+
+
+class Controller(wiring.Component):
+    """The interface of every policy's controller (module docstring).
+
+    Members
+    -------
+    head : In(CommandLayout)
+        The command FIFO's head.
+    head_valid : In(1)
+        The FIFO is not empty.
+    head_id : In(16)
+        The head's command ID.
+    head_pop : Out(1)
+        Take the head (decoded, issued or dropped).
+    wbeat_valid, wbeat_pop : In(1), Out(1)
+        A write beat waits; take it.
+    credit : In(1)
+        A read beat may issue (fewer than ``rdata_depth`` unpopped).
+    issue : Out(IssueLayout)
+        This cycle's issue.
+    slice_rows : In(range(rows)), dual-path channels only
+        Rows of each bank's first partition (0: unsliced).
+    """
+
+    def __init__(self, config: ChannelConfig, extra: dict | None = None):
+        self.config = config
+        super().__init__({
+            "head": In(CommandLayout), "head_valid": In(1), "head_id": In(ID_BITS),
+            "head_pop": Out(1), "wbeat_valid": In(1), "wbeat_pop": Out(1), "credit": In(1),
+            "issue": Out(IssueLayout),
+            **({"slice_rows": In(range(config.rows))} if config.dual_path else {}),
+            **(extra or {}),
+        })
+
+    def bank_timing(self, m, cmd, op, enable):
+        """Open rows and bank timing for the command that may use the banks
+        (``hw.banks.BankTiming``): a MAC touches every bank, RD/WR (ACT-AHEAD) their
+        bank. Dual-path banks are two units each, ``b`` (rows below
+        ``slice_rows``) and ``B + b`` (the rest); unsliced, only the first."""
+        cfg = self.config
+        B = cfg.banks
+        bank_onehot = Signal(B)
+        m.d.comb += bank_onehot.eq(Const(1, B) << cmd.bank[:max(1, (B - 1).bit_length())])
+        touched = Signal(B)
+        m.d.comb += touched.eq(Mux(enable & op.mac, (1 << B) - 1,
+                                   Mux(enable & (op.normal | op.act_ahead), bank_onehot, 0)))
+        if not cfg.dual_path:
+            return bank_timing(m, "banks", B, cfg.rows, cfg.timing, cmd.row, touched, op.mac)
+        sliced = Signal()
+        upper = Signal()  # the command's row is in the second partition
+        m.d.comb += [sliced.eq(self.slice_rows != 0),
+                     upper.eq(sliced & (cmd.row >= self.slice_rows))]
+        units = Signal(2 * B)
+        m.d.comb += units.eq(Mux(upper, Cat(Const(0, B), touched), touched))
+        return bank_timing(m, "banks", 2 * B, cfg.rows, cfg.timing, cmd.row, units, op.mac)
+
+    def drive_issue(self, m, do_pre, do_act, do_col, cmd, cmd_id, op, err, err_code):
+        i = self.issue
+        m.d.comb += [i.pre.eq(do_pre), i.act.eq(do_act), i.col.eq(do_col), i.cmd.eq(cmd),
+                     i.cmd_id.eq(cmd_id), i.wr_inp.eq(op.wr_inp), i.mac.eq(op.mac),
+                     i.rd_out.eq(op.rd_out), i.rd.eq(op.is_[Opcode.RD]),
+                     i.wr.eq(op.is_[Opcode.WR]), i.err.eq(err), i.err_code.eq(err_code)]
+
+
+class InOrderController(Controller):
+    """Static and ping-pong (``config.policy``): the FIFO head issues, in
+    order, each action a static gap after the previous one on its buffer
+    half (static: both halves always)."""
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, tm = self.config, self.config.timing
+        head = self.head
+        op = OpDecode(m, head.opcode, "head")
+        err = command_error(m, cfg, head, op, "head_err")
+        banks = self.bank_timing(m, head, op, Const(1))
+
+        # Static gaps per buffer half (static: both halves always).
+        max_gap = max(tm.t_wr_inp, tm.t_mac, tm.t_rd_out, tm.t_ccd, 1)
+        gaps = [counter(max_gap, f"gap{h}_cnt") for h in range(2)]
+        for g in gaps:
+            with m.If(g != 0):
+                m.d.sync += g.eq(g - 1)
+        halves = Signal(2)
+        wait = Signal(2)
+        if cfg.policy == "pingpong":
+            g_half = Const(1, 2) << (head.gbuf_idx >= cfg.gbuf_entries // 2)
+            o_half = Const(1, 2) << (head.out_idx >= cfg.obuf_entries // 2)
+            m.d.comb += halves.eq(Mux(op.wr_inp, g_half, Mux(op.mac, g_half | o_half,
+                                                                Mux(op.rd_out, o_half, 0b11))))
+            mac_half = Signal(2)  # halves of the last MAC (0: none yet)
+            handoff = op.mac & (mac_half != 0) & (mac_half != halves)
+            m.d.comb += wait.eq(Mux(handoff, 0b11, halves))
+        else:
+            m.d.comb += [halves.eq(0b11), wait.eq(0b11)]
+        gap_ok = Cat(~wait[h] | (gaps[h] == 0) for h in range(2)).all()
+
+        data_ok = (~op.write | self.wbeat_valid) & (~op.read | self.credit)
+        do_pre, do_act, do_step, do_drop = (Signal(name=n) for n in
+                                            ("do_pre", "do_act", "do_step", "do_drop"))
+        with m.If(self.head_valid):
+            with m.If(err != 0):
+                m.d.comb += do_drop.eq(~op.write | self.wbeat_valid)
+            with m.Elif(gap_ok):
+                choose(m, banks, do_pre, do_act, do_step, data_ok, col_free=op.act_ahead)
+        # ACT-AHEAD ends, untraced, once its row is open; the rest issue
+        do_col, do_done = Signal(name="do_col"), Signal(name="do_done")
+        m.d.comb += [do_col.eq(do_step & ~op.act_ahead), do_done.eq(do_step & op.act_ahead)]
+        issued(m, banks, do_pre, do_act, do_col)
+
+        gap_after = Const(0, gaps[0].shape())
+        for o, sel in op.is_.items():
+            gap_after = Mux(sel, tm.gap(o) - 1, gap_after)
+        for h in range(2):
+            with m.If(halves[h] & (do_pre | do_act)):
+                m.d.sync += gaps[h].eq(0)
+            with m.If(halves[h] & do_col):
+                m.d.sync += gaps[h].eq(gap_after)
+        if cfg.policy == "pingpong":
+            with m.If(do_col & op.mac):
+                m.d.sync += mac_half.eq(halves)
+
+        pop = do_col | do_done | do_drop
+        m.d.comb += [self.head_pop.eq(pop), self.wbeat_pop.eq(pop & op.write)]
+        self.drive_issue(m, do_pre, do_act, do_col, head, self.head_id, op, do_drop, err)
+        return m
+
