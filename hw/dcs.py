@@ -36,6 +36,41 @@ EntryLayout = data.StructLayout({
 })
 
 
+class _Tables:
+    """The D-Table (decode side: the last command decoded on each GBuf
+    entry ``g`` and OBuf entry ``o``) and the S-Table (issue side: the last
+    command issued there, its completion counter, and for OBuf entries
+    whether it was a MAC and its tCCD counter)."""
+
+    def __init__(self, m, cfg: ChannelConfig):
+        tm = cfg.timing
+        G, O = cfg.gbuf_entries, cfg.obuf_entries
+        self.dg_valid = [Signal(name=f"dtab_g{e}_valid") for e in range(G)]
+        self.dg_id = [Signal(ID_BITS, name=f"dtab_g{e}_id") for e in range(G)]
+        self.do_valid = [Signal(name=f"dtab_o{e}_valid") for e in range(O)]
+        self.do_id = [Signal(ID_BITS, name=f"dtab_o{e}_id") for e in range(O)]
+        done_max = max(tm.t_wr_inp, tm.t_mac, tm.t_rd_out)
+        self.sg_valid = [Signal(name=f"stab_g{e}_valid") for e in range(G)]
+        self.sg_id = [Signal(ID_BITS, name=f"stab_g{e}_id") for e in range(G)]
+        self.sg_cnt = [counter(done_max, f"stab_g{e}_cnt") for e in range(G)]
+        self.so_valid = [Signal(name=f"stab_o{e}_valid") for e in range(O)]
+        self.so_id = [Signal(ID_BITS, name=f"stab_o{e}_id") for e in range(O)]
+        self.so_cnt = [counter(done_max, f"stab_o{e}_cnt") for e in range(O)]
+        self.so_mac = [Signal(name=f"stab_o{e}_mac") for e in range(O)]
+        self.so_ccd = [counter(tm.t_ccd, f"stab_o{e}_ccd") for e in range(O)]
+        for cnt in [*self.sg_cnt, *self.so_cnt, *self.so_ccd]:
+            with m.If(cnt != 0):
+                m.d.sync += cnt.eq(cnt - 1)
+
+    def s_done(self, idx, gbuf):
+        """S-Table at ``idx``: (valid, id, completed)."""
+        if gbuf:
+            return (select(idx, self.sg_valid), select(idx, self.sg_id),
+                    select(idx, [c == 0 for c in self.sg_cnt]))
+        return (select(idx, self.so_valid), select(idx, self.so_id),
+                select(idx, [c == 0 for c in self.so_cnt]))
+
+
 class DcsController(Controller):
     """The controller interface (``hw.controller.Controller``) plus the
     queues' occupancy and pops, which the formal harness observes
@@ -67,31 +102,11 @@ class DcsController(Controller):
         G, O = cfg.gbuf_entries, cfg.obuf_entries
         next_id = self.head_id
 
-        # D-Table (decode side) and S-Table (issue side), per buffer entry.
-        dg_valid = [Signal(name=f"dtab_g{e}_valid") for e in range(G)]
-        dg_id = [Signal(ID_BITS, name=f"dtab_g{e}_id") for e in range(G)]
-        do_valid = [Signal(name=f"dtab_o{e}_valid") for e in range(O)]
-        do_id = [Signal(ID_BITS, name=f"dtab_o{e}_id") for e in range(O)]
-        done_max = max(tm.t_wr_inp, tm.t_mac, tm.t_rd_out)
-        sg_valid = [Signal(name=f"stab_g{e}_valid") for e in range(G)]
-        sg_id = [Signal(ID_BITS, name=f"stab_g{e}_id") for e in range(G)]
-        sg_cnt = [counter(done_max, f"stab_g{e}_cnt") for e in range(G)]
-        so_valid = [Signal(name=f"stab_o{e}_valid") for e in range(O)]
-        so_id = [Signal(ID_BITS, name=f"stab_o{e}_id") for e in range(O)]
-        so_cnt = [counter(done_max, f"stab_o{e}_cnt") for e in range(O)]
-        so_mac = [Signal(name=f"stab_o{e}_mac") for e in range(O)]
-        so_ccd = [counter(tm.t_ccd, f"stab_o{e}_ccd") for e in range(O)]
-        for cnt in [*sg_cnt, *so_cnt, *so_ccd]:
-            with m.If(cnt != 0):
-                m.d.sync += cnt.eq(cnt - 1)
-
-        def s_done(idx, gbuf):
-            """S-Table at ``idx``: (valid, id, completed)."""
-            if gbuf:
-                return (select(idx, sg_valid), select(idx, sg_id),
-                        select(idx, [c == 0 for c in sg_cnt]))
-            return (select(idx, so_valid), select(idx, so_id),
-                    select(idx, [c == 0 for c in so_cnt]))
+        t = _Tables(m, cfg)
+        dg_valid, dg_id, do_valid, do_id = t.dg_valid, t.dg_id, t.do_valid, t.do_id
+        sg_valid, sg_id, sg_cnt = t.sg_valid, t.sg_id, t.sg_cnt
+        so_valid, so_id, so_cnt, so_mac, so_ccd = t.so_valid, t.so_id, t.so_cnt, t.so_mac, t.so_ccd
+        s_done = t.s_done
 
         # ---- issue side: the two queue heads -----------------------------
         push_c, push_io, pop_c, pop_io = (Signal(name=n) for n in
