@@ -167,6 +167,23 @@ def collect(run_dir: Path, n_loads: int, what: str = "the simulator") -> list[Ob
     return out
 
 
+def _fresh(run_dir: Path) -> Path:
+    """An empty run folder (a previous run's files removed)."""
+    run_dir = Path(run_dir)
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    return run_dir
+
+
+def _simulate(sim: str, exe: Path, run_dir: Path, plusargs=()) -> int:
+    """Run the built player in ``run_dir`` (output in sim.log); its exit status."""
+    cmd = [str(exe.resolve())] if sim == "verilator" else ["vvp", "-n", str(exe.resolve())]
+    with open(run_dir / "sim.log", "w") as log:
+        return subprocess.run([*cmd, *plusargs], cwd=run_dir, stdout=log,
+                              stderr=subprocess.STDOUT).returncode
+
+
 def run(sim: str, config: ChannelConfig | AluConfig, loads: list[Load], run_dir: Path,
         slice_rows: int = 0, times: dict | None = None) -> list[Observed]:
     """Play ``loads`` in order in one simulation; return each load's record.
@@ -176,22 +193,13 @@ def run(sim: str, config: ChannelConfig | AluConfig, loads: list[Load], run_dir:
     if not loads:
         raise ValueError("no loads to play")
     exe = build(sim, config).path
-    run_dir = Path(run_dir)
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True)
+    run_dir = _fresh(run_dir)
     t0 = time.perf_counter()
     write_loads(config, loads, run_dir, slice_rows)
-    if sim == "verilator":
-        cmd = [str(exe.resolve())]
-    else:
-        cmd = ["vvp", "-n", str(exe.resolve())]
-    cmd += [f"+loads={len(loads)}", f"+slice_rows={slice_rows}"]
     t1 = time.perf_counter()
-    with open(run_dir / "sim.log", "w") as log:
-        done = subprocess.run(cmd, cwd=run_dir, stdout=log, stderr=subprocess.STDOUT)
+    status = _simulate(sim, exe, run_dir, [f"+loads={len(loads)}", f"+slice_rows={slice_rows}"])
     t2 = time.perf_counter()
-    out = collect(run_dir, len(loads), f"{sim} (exit status {done.returncode})")
+    out = collect(run_dir, len(loads), f"{sim} (exit status {status})")
     if times is not None:
         times.update(write_s=t1 - t0, simulator_s=t2 - t1, read_s=time.perf_counter() - t2)
     return out
@@ -235,20 +243,15 @@ def run_hub(sim: str, config: HubConfig, calls: list, run_dir: Path,
     if len(calls) > PLAY_MAX:
         raise ValueError(f"the hub player holds {PLAY_MAX} host calls, not {len(calls)}")
     exe = build(sim, config).path
-    run_dir = Path(run_dir)
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True)
+    run_dir = _fresh(run_dir)
     t0 = time.perf_counter()
     (run_dir / "hub_par.hex").write_text(_hex_lines([len(calls), max_wait,
                                                      scoreboard.quiet_cycles(config.channel)]))
     (run_dir / "hub_calls.hex").write_text(_hex_lines(
         pack(HOST_FIELDS, {"host_op": int(c.op), "req_id": c.req_id, "arg_a": c.arg_a,
                            "arg_b": c.arg_b, "data": c.data}) for c in calls))
-    cmd = [str(exe.resolve())] if sim == "verilator" else ["vvp", "-n", str(exe.resolve())]
     t1 = time.perf_counter()
-    with open(run_dir / "sim.log", "w") as log:
-        done = subprocess.run(cmd, cwd=run_dir, stdout=log, stderr=subprocess.STDOUT)
+    status = _simulate(sim, exe, run_dir)
     t2 = time.perf_counter()
     rec = HubRecord(config.n_channels)
     accepted = None
@@ -265,7 +268,7 @@ def run_hub(sim: str, config: HubConfig, calls: list, run_dir: Path,
                             log_[ch].append(c)
             elif kind == "T":
                 word = int(rest[1], 16)
-                rec.traces[int(rest[0])].append(_TRACE(word))
+                rec.traces[int(rest[0])].append(scoreboard.trace_tuple(word))
             elif kind == "L":
                 rec.loads.append((int(rest[0]), int(rest[1], 16), int(rest[2], 16),
                                   int(rest[3])))
@@ -284,21 +287,9 @@ def run_hub(sim: str, config: HubConfig, calls: list, run_dir: Path,
             else:
                 raise HubScoreboardError(f"{path}: unknown record line {line.strip()!r}")
     if not ended:
-        raise HubScoreboardError(f"{sim} (exit status {done.returncode}) stopped after "
+        raise HubScoreboardError(f"{sim} (exit status {status}) stopped after "
                                  f"{len(rec.calls)} of {len(calls)} calls; see "
                                  f"{run_dir / 'sim.log'}")
     if times is not None:
         times.update(write_s=t1 - t0, simulator_s=t2 - t1, read_s=time.perf_counter() - t2)
     return rec
-
-
-def _trace_fields():
-    from golden.isa import TRACE_FIELDS, unpack
-
-    def decode(word: int) -> tuple[int, int, int]:
-        t = unpack(TRACE_FIELDS, word)
-        return t["cmd_id"], t["opcode"], t["cycle"]
-    return decode
-
-
-_TRACE = _trace_fields()

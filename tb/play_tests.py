@@ -95,17 +95,23 @@ class Player:
 # ---- the tests ----------------------------------------------------------------
 
 
+def _in_loads(p: Player, n: int, per_load: int, idle: float, backpressure: float, make):
+    """``n`` units (commands, groups, operations) cut into loads of at most
+    ``per_load``, each load ``make(k)`` -> (commands, beats); run them all."""
+    done = 0
+    while done < n:
+        k = min(n - done, per_load)
+        p.add(*make(k), idle=idle, backpressure=backpressure)
+        done += k
+    return p.run()
+
+
 def long_stream(p: Player, n: int, shape: str) -> dict:
     """n random commands of ``shape`` (tb/stimulus.py STREAM_SHAPES), 1 %
     malformed, idle 0.2, backpressure 0.3, in loads of CHUNK."""
-    done = 0
-    while done < n:
-        k = min(n - done, CHUNK)
-        cmds, wdata = random_stream(p.config, k, p.rng, bad=0.01, shape=shape)
-        p.add(cmds, wdata, idle=0.2, backpressure=0.3)
-        done += k
-    runs = p.run()
-    return {"commands": done, "cycles": sum(obs.cycles for obs, _ in runs)}
+    runs = _in_loads(p, n, CHUNK, 0.2, 0.3,
+                     lambda k: random_stream(p.config, k, p.rng, bad=0.01, shape=shape))
+    return {"commands": n, "cycles": sum(obs.cycles for obs, _ in runs)}
 
 
 def long_dense(p: Player, n: int) -> dict:
@@ -180,14 +186,9 @@ def dcs_kernel(p: Player, n: int) -> dict:
 def dex_long(p: Player, n: int) -> dict:
     """Dual-path banks split 1:1: ``n`` groups of mixed xPU-read / PIM-MAC
     commands (ACT-AHEADs, bad commands) with idle and backpressure."""
-    done = 0
     per_load = 4_000  # groups per load: about 40,000 commands
-    while done < n:
-        k = min(n - done, per_load)
-        cmds, wdata = dex_stream(p.config, k, p.rng, split=p.slice_rows, bad=0.05)
-        p.add(cmds, wdata, idle=0.2, backpressure=0.3)
-        done += k
-    runs = p.run()
+    runs = _in_loads(p, n, per_load, 0.2, 0.3,
+                     lambda k: dex_stream(p.config, k, p.rng, split=p.slice_rows, bad=0.05))
     return {"commands": sum(len(ld.commands) for ld in p.loads),
             "cycles": sum(obs.cycles for obs, _ in runs), "groups": n}
 
@@ -197,13 +198,8 @@ def alu_random(p: Player, n: int) -> dict:
     reads (every bank written first, everything read back at the end),
     idle 0.2, backpressure 0.2, in loads of at most CHUNK commands (the
     registers reset between loads, the banks carry over)."""
-    done = 0
-    while done < n:
-        k = min(n - done, CHUNK - p.config.banks * (p.config.rows + 2))
-        words, beats = random_program(p.rng, k, p.config)
-        p.add(words, beats, idle=0.2, backpressure=0.2)
-        done += k
-    runs = p.run()
+    per_load = CHUNK - p.config.banks * (p.config.rows + 2)  # the writes and read-back fit
+    runs = _in_loads(p, n, per_load, 0.2, 0.2, lambda k: random_program(p.rng, k, p.config))
     return {"commands": sum(len(ld.commands) for ld in p.loads),
             "cycles": sum(obs.cycles for obs, _ in runs), "alu_ops": n}
 

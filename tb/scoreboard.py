@@ -105,11 +105,20 @@ def _trace_decoder():
     return tuple(layout[n] for n in ("cmd_id", "opcode", "cycle"))
 
 
+_TRACE = _trace_decoder()
+
+
+def trace_tuple(word: int) -> tuple[int, int, int]:
+    """(cmd_id, opcode, cycle) of a trace payload."""
+    (s_id, m_id), (s_op, m_op), (s_cy, m_cy) = _TRACE
+    return (word >> s_id) & m_id, (word >> s_op) & m_op, (word >> s_cy) & m_cy
+
+
 def read_record(path: Path | str, obs: Observed | None = None) -> Observed:
     """The player's record (tb/pim_tb.v.in) as an Observed (status and
     cycles are not in it)."""
     obs = obs or Observed()
-    (s_id, m_id), (s_op, m_op), (s_cy, m_cy) = _trace_decoder()
+    (s_id, m_id), (s_op, m_op), (s_cy, m_cy) = _TRACE
     trace, cmds, beats = obs.trace, obs.cmd_arrivals, obs.wdata_arrivals
     with open(path) as f:
         for line in f:
