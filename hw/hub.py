@@ -201,7 +201,7 @@ class PimModule(wiring.Component):
                 done[c].eq(~mc_mask[c] | ((mc_cmd_taken[c] | cmd_acc[c])
                                           & (~mc_op.write | mc_w_taken[c] | w_acc[c]))),
                 af.w_en.eq(cmd_acc[c] & mc_op.read),
-                af.w_data.eq(Cat(mc_gpr + c, mc_discard)),
+                af.w_data.eq(Cat((mc_gpr + c)[:len(mc_gpr)], mc_discard)),
             ]
         mc_free = Signal()
         m.d.comb += [mc_free.eq(~mc_valid | done.all()), self.dbg_cmd_acc.eq(cmd_acc),

@@ -93,8 +93,13 @@ def fault_scenarios(hub: HubConfig) -> dict[Fault, list[HostCall]]:
     bad = list(prog)
     bad[-3] = instr(Opcode.RD_OUT, ch_mask=every, op_size=1, gpr_addr=16, out_idx=1)
     bad[-2] = instr(Opcode.MAC, ch_mask=every, op_size=2, row=2, col=0, gbuf_idx=0, out_idx=1)
-    scenarios[Fault.UNMAPPED] = _setup(hub, bad, (20, 0), ((0,), (1,))) + [
-        HostCall(HostOp.STEP), _status(0), _status(1)]
+    # The drain's RD-OUT beats have no destination: GPR words 0..N-1 (where
+    # the drain's gpr field, 0, would put them) keep what the host wrote.
+    marks = [HostCall(HostOp.GPR_WRITE, arg_a=c, data=0x5A5A0000 + c)
+             for c in range(hub.n_channels)]
+    scenarios[Fault.UNMAPPED] = _setup(hub, bad, (20, 0), ((0,), (1,))) + marks + [
+        HostCall(HostOp.STEP), _status(0), _status(1)] + [
+        HostCall(HostOp.GPR_READ, arg_a=c) for c in range(hub.n_channels)]
     # TABLE_FULL
     scenarios[Fault.TABLE_FULL] = _setup(hub, prog, (8, 8), ((0,), (1,))) + [
         HostCall(HostOp.GROW, 0, 2 + i) for i in range(hub.chunks_per_request)] + [
