@@ -99,6 +99,9 @@ INSTR_BYTES = INSTR_BITS // 8
 #: STEP response data: bit r of the low half = request r ran the step;
 #: bit r of the high half = request r faulted in it.
 STEP_MASK_BITS = 128
+#: PROG-COMMIT fault response data: the fault code in the low bits, the
+#: index of the first bad word from this bit up.
+COMMIT_INDEX_SHIFT = 8
 
 
 class DpaFault(Exception):
@@ -358,7 +361,7 @@ class Hub:
         self.prog_len, self.prog_fault = length, check.fault
         self.tokens_per_chunk = tokens_per_chunk
         if not check.ok:
-            return Response(HostStatus.FAULT, int(check.fault) | check.index << 8)
+            return Response(HostStatus.FAULT, int(check.fault) | check.index << COMMIT_INDEX_SHIFT)
         return Response(HostStatus.OK)
 
     def _op_gpr_write(self, req_id, addr, _b, data) -> Response:

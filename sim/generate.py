@@ -27,7 +27,7 @@ BUILD = Path("build")
 
 def config_key(config: ChannelConfig | HubConfig | AluConfig) -> str:
     text = json.dumps(dataclasses.asdict(config), sort_keys=True)
-    sources = sorted(Path(__file__).resolve().parent.parent.joinpath("hw").glob("*.py"))
+    sources = sorted(Path(__file__).resolve().parent.parent.joinpath("hw").rglob("*.py"))
     digest = hashlib.sha256(text.encode())
     for src in [*sources, TB_TEMPLATE, HUB_PLAY_TEMPLATE,
                 Path(__file__).resolve()]:  # regenerate on RTL changes
