@@ -616,8 +616,9 @@ class _Walk:
             out = f["out_idx"] + mods[ModiField.OUT_IDX]
         if op == Opcode.RD_OUT:
             out = f["out_idx"] + mods[ModiField.OUT_IDX] + u
+        # a MAC has no GPR operand: only reads and writes step the GPR word
         gpr = r.gpr_base + f.get("gpr_addr", 0) + mods[ModiField.GPR_ADDR] \
-            + (u * n if op in READS else u)
+            + (u * n if op in READS else u if op in WRITES else 0)
         last_gpr = gpr + (n - 1 if op in READS else 0)
         checks = [("gbuf_idx", gbuf, cfg.gbuf_entries), ("out_idx", out, cfg.obuf_entries),
                   ("GPR entry", gpr, hub.gpr_entries), ("GPR entry", last_gpr, hub.gpr_entries)]
