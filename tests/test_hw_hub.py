@@ -12,10 +12,9 @@ from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
 from golden.config import small_hub_config
-from golden.hub import Hub, _Walk, instr
+from golden.hub import Hub, command, instr
 from golden.isa import (
     FIELDS,
-    INSTR_BITS,
     ISA,
     Fault,
     HostOp,
@@ -205,7 +204,7 @@ def test_commit_check_against_golden():
             await ctx.tick()
             ctx.set(ibuf.commit.en, 0)
             ctx.set(dec.commit, 0)
-            for cycles in range(len(words) + 2):
+            for _ in range(len(words) + 2):
                 if ctx.get(dec.done):
                     break
                 await ctx.tick()
@@ -213,7 +212,7 @@ def test_commit_check_against_golden():
             assert got == (want.code, want.data), ([hex(w) for w in words], got, want)
             assert ctx.get(ibuf.program.fault) == 0  # recorded at the edge
             await ctx.tick()
-            assert ctx.get(ibuf.program.fault) == ref.prog_fault
+            assert ctx.get(ibuf.program.fault) == ref.ibuf.fault
             codes[want.data & 0xFF] = codes.get(want.data & 0xFF, 0) + 1
 
     _run(dut, bench)
@@ -231,7 +230,6 @@ def test_sequencer_against_golden():
     cfg = HUB.channel
     dut = Sequencer(HUB)
     ref = Hub(HUB)
-    walk = _Walk(ref, None)
     seen = {}
 
     def random_case():
@@ -266,7 +264,7 @@ def test_sequencer_against_golden():
             word = instr(op, **f)
             _, f = unpack_instruction(word)
             u = int(rng.integers(0, f.get("op_size", 1))) if u is None else u
-            cmd, gpr, fault, _ = walk._command(0, op, f, u, mods, cfg.cols, HUB.n_channels)
+            cmd, gpr, fault, _ = command(ref.cbuf, 0, op, f, u, mods)
             ctx.set(dut.word, word)
             ctx.set(dut.u, u)
             ctx.set(dut.mods, {"va": mods[ModiField.ROW], "gbuf_idx": mods[ModiField.GBUF_IDX],

@@ -17,7 +17,16 @@ from amaranth.lib.wiring import In, Out
 
 from golden.config import HubConfig
 from golden.hub import COMMIT_INDEX_SHIFT
-from golden.isa import FIELDS, MODI_FIELDS, WORD_BITS, Fault, HostStatus, ModiField, Opcode, ReqState
+from golden.isa import (
+    FIELDS,
+    MODI_FIELDS,
+    WORD_BITS,
+    Fault,
+    HostStatus,
+    ModiField,
+    Opcode,
+    ReqState,
+)
 from hw.hub.ports import (
     ACC_BITS,
     FAULT_BITS,
@@ -317,8 +326,9 @@ class Decoder(wiring.Component):
                         | (target_abs >= loop.end) | (target_abs <= pc)):
                 fail(Fault.BAD_FIELD)
         with m.Else():
+            normal = cur.is_[Opcode.RD] | cur.is_[Opcode.WR]
             with m.If(modi_bad_field | (cur.ch_mask == 0) | ((cur.ch_mask >> N) != 0)
                       | (cur.has["op_size"] & (cur.op_size == 0))
-                      | ((cur.is_[Opcode.RD] | cur.is_[Opcode.WR]) & (cur.bank >= hub.channel.banks))):
+                      | (normal & (cur.bank >= hub.channel.banks))):
                 fail(Fault.BAD_FIELD)
         return v_err, v_code

@@ -48,7 +48,8 @@ class Gpr(wiring.Component):
         wiring.connect(m, wiring.flipped(self.host_rd), mem.read_port())
         wr = mem.write_port()
         with m.If(self.beat_busy):
-            m.d.comb += [wr.addr.eq(self.beat_wr.addr), wr.data.eq(self.beat_wr.data), wr.en.eq(self.beat_wr.en)]
+            m.d.comb += [wr.addr.eq(self.beat_wr.addr), wr.data.eq(self.beat_wr.data),
+                         wr.en.eq(self.beat_wr.en)]
         with m.Else():
             m.d.comb += [wr.addr.eq(self.host_wr.addr), wr.data.eq(self.host_wr.data),
                          wr.en.eq(self.host_wr.en)]

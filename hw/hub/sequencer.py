@@ -9,8 +9,16 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from golden.config import HubConfig
-from golden.isa import CHANNEL_OPCODES, FIELDS, INSTR_BITS, ISA, PROGRAM_OPCODES, Fault, Opcode
-from golden.isa import layout_widths
+from golden.isa import (
+    CHANNEL_OPCODES,
+    FIELDS,
+    INSTR_BITS,
+    ISA,
+    PROGRAM_OPCODES,
+    Fault,
+    Opcode,
+    layout_widths,
+)
 from hw.hub.ports import ACC_BITS, FAULT_BITS, ModsLayout, Sizes, log2
 from hw.streams import CommandLayout
 
