@@ -121,3 +121,47 @@ SIMULATOR_ONLY = ("tb.test_",)
 @pytest.mark.parametrize("name", [m for m in MODULES if not m.startswith(SIMULATOR_ONLY)])
 def test_module_imports(name):
     importlib.import_module(name)
+
+
+# ---- sizes: every block readable on its own ----------------------------------
+
+#: the longest an ``elaborate`` may be, in lines (docs/architecture.md)
+ELABORATE_MAX_LINES = 150
+
+
+def elaborate_sizes() -> dict[str, int]:
+    """Lines of every ``elaborate`` method in hw/ (its nested helpers
+    included), by ``module.Class``."""
+    out = {}
+    for name, path in MODULES.items():
+        if not name.startswith("hw"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, ast.FunctionDef) and item.name == "elaborate":
+                        out[f"{name}.{node.name}"] = item.end_lineno - item.lineno + 1
+    return out
+
+
+def module_sizes(prefix: str) -> dict[str, int]:
+    """Lines of every module whose name starts with ``prefix``."""
+    return {n: len(p.read_text().splitlines()) for n, p in MODULES.items()
+            if n.startswith(prefix)}
+
+
+def test_no_elaborate_is_too_long():
+    sizes = elaborate_sizes()
+    assert "hw.hub.module.PimModule" in sizes and "hw.dcs.DcsController" in sizes
+    assert {k: v for k, v in sizes.items() if v > ELABORATE_MAX_LINES} == {}
+
+
+if __name__ == "__main__":  # python tests/test_architecture.py: the sizes table
+    for title, sizes in (("elaborate (hw/)", elaborate_sizes()),
+                         ("modules (hw/)", module_sizes("hw")),
+                         ("modules (golden/, specification)",
+                          {k: v for k, v in module_sizes("golden").items()
+                           if not k.startswith("golden.system")})):
+        print(f"{title}:")
+        for k, v in sorted(sizes.items(), key=lambda kv: -kv[1])[:5]:
+            print(f"  {v:5}  {k}")
