@@ -1,4 +1,4 @@
-"""Bank timing of a channel (mirrors the bank rules of ``hw/channel.py``):
+"""Bank timing of a channel (the specification of ``hw/banks.py``):
 open rows and the tRAS / tRP / tRCD / tCCD / tFAW bookkeeping, shared by
 every controller policy (``golden.channel``, ``golden.dcs``)."""
 

@@ -23,7 +23,7 @@ Policy (the RTL implements exactly this):
   preserved.
 
 The implementation leans on numpy's IEEE float32 arithmetic and fixes up
-subnormals and NaNs; ``tests/test_numerics.py`` checks it against exact
+subnormals and NaNs; ``tests/test_golden_numerics.py`` checks it against exact
 rational arithmetic and ml_dtypes.
 """
 

@@ -19,10 +19,7 @@ from golden.channel import (
 )
 from golden.config import (
     ChannelConfig,
-    ConfigError,
     Timing,
-    load_profile,
-    slice_rows_for,
     small_config,
 )
 from golden.isa import ErrorCode, Opcode
@@ -136,25 +133,6 @@ def test_gemv_matches_numpy():
     assert r.mac_count == 32 // cfg.banks * 64 // 16
 
 
-def small_config_errors_name_the_key():
-    with pytest.raises(ConfigError, match="banks"):
-        ChannelConfig(banks=17)
-    with pytest.raises(ConfigError, match="timing.t_rcd"):
-        ChannelConfig(timing=Timing(t_rcd=0))
-    with pytest.raises(ConfigError, match="unknown configuration key 'bogus'"):
-        load_profile("gddr6-aim", bogus=1)
-    with pytest.raises(ConfigError, match="neither a known profile"):
-        load_profile("no-such-device")
-
-
-@pytest.mark.parametrize("name", ["gddr6-aim", "hbm2-pim"])
-def test_profiles_load_with_sources(name):
-    from golden.config import load_profile_data
-    cfg = load_profile(name)
-    assert cfg.banks == 16 and cfg.timing.t_rcd > 0
-    assert {"t_rcd", "t_rp", "t_ras", "t_ccd"} <= set(load_profile_data(name)["sources"])
-
-
 def test_docs_worked_example():
     """docs/channel.md, 'Worked example': the table is this run."""
     r = ChannelModel(small_config()).run(
@@ -208,21 +186,6 @@ def test_act_ahead_and_tfaw_by_hand():
     # an open row: ACT-AHEAD ends at once and the RD needs nothing more
     assert _trace(cfg, [act_ahead(1, 2), act_ahead(1, 2), rd(1, 2, 3)]) == (
         [("ACT", 1), ("RD", 6)], 7)
-
-
-def test_dual_path_config_errors():
-    with pytest.raises(ConfigError, match="slice_rows=4 needs dual_path"):
-        ChannelConfig(rows=8, slice_rows=4)
-    with pytest.raises(ConfigError, match=r"slice_rows must be an integer in \[0, 7\]"):
-        DEX.replace(slice_rows=8)
-    with pytest.raises(ConfigError, match="in-order controller"):
-        DEX.replace(policy="dcs")
-    with pytest.raises(ConfigError, match="does not split 8 rows"):
-        slice_rows_for(8, 1, 2)
-    assert slice_rows_for(8, 1, 3) == 2 and slice_rows_for(16384, 3, 1) == 12288
-    with pytest.raises(ConfigError, match="timing.t_faw must be an integer in"):
-        DEX.replace(t_faw=-1)
-    assert load_profile("gddr6-aim", dual_path=True, slice_rows=8192).slice_rows == 8192
 
 
 def test_act_ahead_needs_dual_path_banks():
