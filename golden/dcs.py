@@ -88,6 +88,25 @@ class Slot:
     mac_ok: int = 0  # MAC-after-MAC on this OBuf entry: tCCD, not t_mac
 
 
+@dataclass
+class Tables:
+    """The D-Table and the S-Table (``hw.dcs.Tables`` holds them in bits):
+    per GBuf and per OBuf entry, the D-Table the ID of the last command
+    decoded on it (None: invalid), the S-Table the last access issued on it
+    (a ``Slot``)."""
+
+    d_gbuf: list[int | None]
+    d_obuf: list[int | None]
+    s_gbuf: list[Slot]
+    s_obuf: list[Slot]
+
+    @classmethod
+    def empty(cls, cfg) -> Tables:
+        return cls([None] * cfg.gbuf_entries, [None] * cfg.obuf_entries,
+                   [Slot() for _ in range(cfg.gbuf_entries)],
+                   [Slot() for _ in range(cfg.obuf_entries)])
+
+
 def table_bits(cfg) -> dict:
     """Storage of the D-Table and S-Table of one controller, in bits.
 
@@ -111,10 +130,8 @@ def run_dynamic(model, streams: Streams):
         raise NotImplementedError(f"policy {cfg.policy!r} is not modelled yet")
     tm = cfg.timing
     banks = BankTimer(cfg.banks, tm)
-    d_gbuf: list[int | None] = [None] * cfg.gbuf_entries
-    d_obuf: list[int | None] = [None] * cfg.obuf_entries
-    s_gbuf = [Slot() for _ in range(cfg.gbuf_entries)]
-    s_obuf = [Slot() for _ in range(cfg.obuf_entries)]
+    tables = Tables.empty(cfg)
+    d_gbuf, d_obuf, s_gbuf, s_obuf = tables.d_gbuf, tables.d_obuf, tables.s_gbuf, tables.s_obuf
     compute_q: deque[Entry] = deque()
     io_q: deque[Entry] = deque()
     fence = False  # an RD/WR waits in the I/O queue

@@ -36,11 +36,12 @@ EntryLayout = data.StructLayout({
 })
 
 
-class _Tables:
+class Tables:
     """The D-Table (decode side: the last command decoded on each GBuf
     entry ``g`` and OBuf entry ``o``) and the S-Table (issue side: the last
     command issued there, its completion counter, and for OBuf entries
-    whether it was a MAC and its tCCD counter)."""
+    whether it was a MAC and its tCCD counter). Specification:
+    ``golden.dcs.Tables``."""
 
     def __init__(self, m, cfg: ChannelConfig):
         tm = cfg.timing
@@ -102,7 +103,7 @@ class DcsController(Controller):
         G, O = cfg.gbuf_entries, cfg.obuf_entries
         next_id = self.head_id
 
-        t = _Tables(m, cfg)
+        t = Tables(m, cfg)
         dg_valid, dg_id, do_valid, do_id = t.dg_valid, t.dg_id, t.do_valid, t.do_id
         sg_valid, sg_id, sg_cnt = t.sg_valid, t.sg_id, t.sg_cnt
         so_valid, so_id, so_cnt, so_mac, so_ccd = t.so_valid, t.so_id, t.so_cnt, t.so_mac, t.so_ccd
