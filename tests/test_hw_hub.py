@@ -73,7 +73,7 @@ def test_config_buffer_against_golden(seed):
             ctx.set(dut.host.payload, {"host_op": op, "req_id": req, "arg_a": a, "arg_b": b,
                                        "data": 0})
             want = ref.host(op, req, a, b)
-            got = (ctx.get(dut.rsp_code), ctx.get(dut.rsp_data))
+            got = (ctx.get(dut.host.rsp_code), ctx.get(dut.host.rsp_data))
             assert got == (want.code, want.data), (op.name, req, a, b, got, want)
             seen["ok" if want.code == HostStatus.OK else
                  "fault" if want.code == HostStatus.FAULT else "bad"] += 1
@@ -100,13 +100,13 @@ def test_config_buffer_against_golden(seed):
                 ctx.set(dut.lookup.set_fault, 0)
             if rng.random() < 0.1:
                 ran = int(rng.integers(1 << HUB.requests))
-                ctx.set(dut.advance, ran)
+                ctx.set(dut.host.advance, ran)
                 for r in range(HUB.requests):
                     if ran >> r & 1:
                         ref.requests[r].t_cur = (ref.requests[r].t_cur + 1) % (
                             1 << FIELDS["t_cur"].width)
                 await ctx.tick()
-                ctx.set(dut.advance, 0)
+                ctx.set(dut.host.advance, 0)
 
     _run(dut, bench)
     assert min(seen.values()) > 0, seen  # every kind of answer came up
@@ -200,15 +200,15 @@ def test_commit_check_against_golden():
             ctx.set(ibuf.commit.en, 1)
             ctx.set(ibuf.commit.length, len(words))
             ctx.set(ibuf.commit.tokens_per_chunk, 4)
-            ctx.set(dec.commit, 1)
+            ctx.set(dec.ctrl.commit, 1)
             await ctx.tick()
             ctx.set(ibuf.commit.en, 0)
-            ctx.set(dec.commit, 0)
+            ctx.set(dec.ctrl.commit, 0)
             for _ in range(len(words) + 2):
-                if ctx.get(dec.done):
+                if ctx.get(dec.ctrl.done):
                     break
                 await ctx.tick()
-            got = (ctx.get(dec.rsp_code), ctx.get(dec.rsp_data))
+            got = (ctx.get(dec.ctrl.rsp_code), ctx.get(dec.ctrl.rsp_data))
             assert got == (want.code, want.data), ([hex(w) for w in words], got, want)
             assert ctx.get(ibuf.program.fault) == 0  # recorded at the edge
             await ctx.tick()

@@ -1,5 +1,6 @@
 """The PIM module's HUB, one block per file (docs/architecture.md):
-``module`` (the PIM module: host interface and wiring), ``ibuf``
+``module`` (the PIM module: the blocks and their connections), ``host``
+(host interface and response register), ``ibuf``
 (instruction buffer), ``cbuf`` (configuration buffer and VA2PA),
 ``decoder`` (Dyn-Loop / Dyn-Modi walk, commit check, fault drain),
 ``sequencer`` (Op-size, translation, range checks), ``multicast``

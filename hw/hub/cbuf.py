@@ -10,36 +10,29 @@ that ran."""
 
 from amaranth import Array, Cat, Module, Signal
 from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import In
 
 from golden.config import HubConfig
-from golden.isa import FIELDS, WORD_BITS, Fault, HostOp, HostStatus, ReqState
-from hw.hub.ports import HostLayout, Sizes, request_port
+from golden.isa import FIELDS, Fault, HostOp, HostStatus, ReqState
+from hw.hub.ports import Sizes, config_port, request_port
 
 
 class ConfigBuffer(wiring.Component):
     """Members
     -------
-    host : In(Signature)
-        A host operation of ``OPS`` accepted this cycle (``valid``, ``payload``).
-    rsp_code, rsp_data : Out
-        Its response, in the same cycle.
+    host : In(config_port)
+        The host interface's port (``hw.hub.ports.config_port``): a host
+        operation of ``OPS`` accepted this cycle and its response in the
+        same cycle; T_cur advances at a STEP's end.
     lookup : In(request_port)
         The decoder's port (``hw.hub.ports.request_port``).
-    advance : In(requests)
-        T_cur += 1 for these requests (a STEP's end).
     """
 
     OPS = (HostOp.ASSIGN, HostOp.GROW, HostOp.RELEASE, HostOp.STATUS, HostOp.CLEAR)
 
     def __init__(self, hub: HubConfig):
         self.hub = hub
-        super().__init__({
-            "host": In(wiring.Signature({"valid": Out(1), "payload": Out(HostLayout)})),
-            "rsp_code": Out(FIELDS["rsp_code"].width), "rsp_data": Out(WORD_BITS),
-            "lookup": In(request_port(hub)),
-            "advance": In(hub.requests),
-        })
+        super().__init__({"host": In(config_port(hub)), "lookup": In(request_port(hub))})
 
     def elaborate(self, platform):
         hub = self.hub
@@ -65,7 +58,7 @@ class ConfigBuffer(wiring.Component):
         with m.If(lk.set_fault):
             m.d.sync += [st[lk.req].eq(ReqState.FAULTED), flt[lk.req].eq(lk.fault_code)]
         for r in range(R):
-            with m.If(self.advance[r]):
+            with m.If(self.host.advance[r]):
                 m.d.sync += tcur[r].eq(tcur[r] + 1)
 
         # ---- host operations ----------------------------------------------
@@ -74,7 +67,7 @@ class ConfigBuffer(wiring.Component):
         req_ok = hp.req_id < R
 
         def respond(code, value=0):
-            m.d.comb += [self.rsp_code.eq(code), self.rsp_data.eq(value)]
+            m.d.comb += [self.host.rsp_code.eq(code), self.host.rsp_data.eq(value)]
 
         with m.If(self.host.valid):
             with m.Switch(hp.host_op):

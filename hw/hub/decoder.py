@@ -20,7 +20,6 @@ from golden.hub import COMMIT_INDEX_SHIFT
 from golden.isa import (
     FIELDS,
     MODI_FIELDS,
-    WORD_BITS,
     Fault,
     HostStatus,
     ModiField,
@@ -31,6 +30,7 @@ from hw.hub.ports import (
     ACC_BITS,
     FAULT_BITS,
     Sizes,
+    decoder_control,
     entry_layout,
     log2,
     log2_ceil,
@@ -106,13 +106,10 @@ class _Loop:
 class Decoder(wiring.Component):
     """Members
     -------
-    commit, step : In(1)
-        Start the commit walk (PROG-COMMIT) or a STEP (from IDLE).
-    done : Out(1)
-        The commit walk ends (with ``rsp_code``, ``rsp_data``) or the
-        STEP's last request is decoded, this cycle.
-    ran, faulted : Out(requests)
-        The STEP's requests that ran, and that faulted.
+    ctrl : In(decoder_control)
+        The host interface's port (``hw.hub.ports.decoder_control``): start
+        the commit walk or a STEP; the walk's response, the end of the
+        STEP's decoding, the requests that ran and faulted.
     program : Out(program_port)
         The instruction buffer.
     lookup : Out(request_port)
@@ -124,9 +121,7 @@ class Decoder(wiring.Component):
     def __init__(self, hub: HubConfig):
         self.hub = hub
         super().__init__({
-            "commit": In(1), "step": In(1), "done": Out(1),
-            "rsp_code": Out(FIELDS["rsp_code"].width), "rsp_data": Out(WORD_BITS),
-            "ran": Out(hub.requests), "faulted": Out(hub.requests),
+            "ctrl": In(decoder_control(hub)),
             "program": Out(program_port(hub)), "lookup": Out(request_port(hub)),
             "push": Out(stream.Signature(entry_layout(hub.n_channels))),
         })
@@ -141,7 +136,8 @@ class Decoder(wiring.Component):
         loop = _Loop(hub, s.pc)
         pc, u = Signal(s.pc, name="pc"), Signal(FIELDS["op_size"].width, name="u")
         req = lk.req
-        ran, faulted = self.ran, self.faulted
+        ctrl = self.ctrl
+        ran, faulted = ctrl.ran, ctrl.faulted
         o_idx = Signal(range(max(O, 2)), name="o_idx")
         dirty = Signal(O, name="dirty")  # OBuf entries a MAC wrote and no RD-OUT read yet
 
@@ -172,21 +168,21 @@ class Decoder(wiring.Component):
                 m.d.sync += req.eq(req + 1)
                 m.next = "REQ"
             with m.Else():
-                m.d.comb += self.done.eq(1)
+                m.d.comb += ctrl.done.eq(1)
                 m.next = "IDLE"
 
         with m.FSM():
             with m.State("IDLE"):
-                with m.If(self.commit):
+                with m.If(ctrl.commit):
                     m.d.sync += [pc.eq(0), *loop.reset()]
                     m.next = "COMMIT"
-                with m.Elif(self.step):
+                with m.Elif(ctrl.step):
                     m.d.sync += [req.eq(0), ran.eq(0), faulted.eq(0)]
                     m.next = "REQ"
 
             with m.State("COMMIT"):  # one word per cycle: cur = word pc
                 def finish(code, data=0):
-                    m.d.comb += [self.done.eq(1), self.rsp_code.eq(code), self.rsp_data.eq(data)]
+                    m.d.comb += [ctrl.done.eq(1), ctrl.rsp_code.eq(code), ctrl.rsp_data.eq(data)]
                     m.next = "IDLE"
 
                 with m.If(pc == prog.length):
@@ -267,7 +263,7 @@ class Decoder(wiring.Component):
             m.d.comb += advance.eq(1)
         with m.Elif(seq.fault != 0):
             fault_request(seq.fault)
-            m.d.sync += [self.ran.eq(self.ran & ~(1 << lk.req)), o_idx.eq(0)]
+            m.d.sync += [self.ctrl.ran.eq(self.ctrl.ran & ~(1 << lk.req)), o_idx.eq(0)]
             m.next = "SCRUB"
         with m.Else():
             m.d.comb += [push.valid.eq(1), push.payload.cmd.eq(seq.cmd),

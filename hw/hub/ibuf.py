@@ -12,8 +12,8 @@ from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from golden.config import HubConfig
-from golden.isa import FIELDS, INSTR_BITS
-from hw.hub.ports import FAULT_BITS, Sizes, log2_ceil, program_port
+from golden.isa import INSTR_BITS
+from hw.hub.ports import FAULT_BITS, commit_signature, log2_ceil, program_port
 
 
 class InstructionBuffer(wiring.Component):
@@ -21,7 +21,7 @@ class InstructionBuffer(wiring.Component):
     -------
     write : Out(WritePort.Signature)
         PROG-WRITE: one word; also clears the committed program.
-    commit : In(Signature)
+    commit : In(commit_signature)
         PROG-COMMIT: ``en``, the program's ``length`` and ``tokens_per_chunk``.
     program : In(program_port)
         The decoder's port (``hw.hub.ports.program_port``).
@@ -29,12 +29,10 @@ class InstructionBuffer(wiring.Component):
 
     def __init__(self, hub: HubConfig):
         self.hub = hub
-        s = Sizes(hub)
         super().__init__({
             "write": Out(memory.WritePort.Signature(addr_width=log2_ceil(hub.instr_depth),
                                                     shape=INSTR_BITS)),
-            "commit": In(wiring.Signature({"en": Out(1), "length": Out(s.pc),
-                                           "tokens_per_chunk": Out(FIELDS["arg_b"].width)})),
+            "commit": In(commit_signature(hub)),
             "program": In(program_port(hub)),
         })
 

@@ -18,7 +18,7 @@ from amaranth.lib.wiring import In, Out
 from golden.config import HubConfig
 from golden.isa import WORD_BITS
 from hw.controller import OpDecode
-from hw.hub.ports import Sizes, entry_layout
+from hw.hub.ports import Sizes, entry_layout, raw_signature
 from hw.streams import CommandLayout
 
 
@@ -27,9 +27,9 @@ class Multicast(wiring.Component):
     -------
     entry : In(stream.Signature(entry_layout))
         The decoded-command FIFO's head.
-    raw : In(Signature)
-        A host RAW command to load now (``valid``, ``payload``; the host
-        sends it only while the register is empty).
+    raw : In(raw_signature)
+        A host RAW command to load now (the host interface sends it only
+        while the register is empty).
     cmd, wdata : Out(stream.Signature).array(n_channels)
         Per channel: commands and write beats.
     rdata : In(stream.Signature).array(n_channels)
@@ -49,7 +49,7 @@ class Multicast(wiring.Component):
         aw = Sizes(hub).gpr_addr_bits
         super().__init__({
             "entry": In(stream.Signature(entry)),
-            "raw": In(wiring.Signature({"valid": Out(1), "payload": Out(entry)})),
+            "raw": In(raw_signature(n)),
             "cmd": Out(stream.Signature(CommandLayout)).array(n),
             "wdata": Out(stream.Signature(WORD_BITS)).array(n),
             "rdata": In(stream.Signature(WORD_BITS)).array(n),

@@ -8,7 +8,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from golden.config import HubConfig
-from golden.isa import FIELDS, HOST_FIELDS, INSTR_BITS, RESPONSE_FIELDS, layout_widths
+from golden.isa import FIELDS, HOST_FIELDS, INSTR_BITS, RESPONSE_FIELDS, WORD_BITS, layout_widths
 from hw.streams import CommandLayout
 
 HostLayout = data.StructLayout(layout_widths(HOST_FIELDS))
@@ -77,7 +77,44 @@ def request_port(hub: HubConfig) -> wiring.Signature:
     })
 
 
-#: The DYN-MODI offsets that apply to one instruction word: row (ROW and
-#: COL strides, in words), GBuf index, OBuf index and GPR word.
+#: The DYN-MODI offsets that apply to one instruction word: ``va`` (the ROW
+#: and COL offsets, in words), GBuf index, OBuf index and GPR word.
 ModsLayout = data.StructLayout({name: signed(ACC_BITS)
                                 for name in ("va", "gbuf_idx", "out_idx", "gpr_addr")})
+
+
+def commit_signature(hub: HubConfig) -> wiring.Signature:
+    """PROG-COMMIT into the instruction buffer (host interface's side):
+    ``en``, the program's ``length`` and ``tokens_per_chunk``."""
+    return wiring.Signature({"en": Out(1), "length": Out(Sizes(hub).pc),
+                             "tokens_per_chunk": Out(FIELDS["arg_b"].width)})
+
+
+def config_port(hub: HubConfig) -> wiring.Signature:
+    """The host interface's port on the configuration buffer (host
+    interface's side): an ASSIGN, GROW, RELEASE, STATUS or CLEAR accepted
+    this cycle (``valid``, ``payload``) and its response in the same cycle;
+    ``advance``: T_cur += 1 for these requests (a STEP's end)."""
+    return wiring.Signature({
+        "valid": Out(1), "payload": Out(HostLayout),
+        "rsp_code": In(FIELDS["rsp_code"].width), "rsp_data": In(WORD_BITS),
+        "advance": Out(hub.requests),
+    })
+
+
+def decoder_control(hub: HubConfig) -> wiring.Signature:
+    """The host interface's port on the decoder (host interface's side):
+    start the commit walk or a STEP; ``done`` when the walk ends (with its
+    response) or the STEP's last request is decoded; the requests that ran
+    and that faulted in the STEP."""
+    return wiring.Signature({
+        "commit": Out(1), "step": Out(1), "done": In(1),
+        "rsp_code": In(FIELDS["rsp_code"].width), "rsp_data": In(WORD_BITS),
+        "ran": In(hub.requests), "faulted": In(hub.requests),
+    })
+
+
+def raw_signature(n_channels: int) -> wiring.Signature:
+    """A host RAW command for the multicast register, loaded in the cycle it
+    is valid (the host interface sends it only while the register is empty)."""
+    return wiring.Signature({"valid": Out(1), "payload": Out(entry_layout(n_channels))})
