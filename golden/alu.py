@@ -165,7 +165,7 @@ class _AluBanks(BankTimer):
     it like the channel's MAC opens all banks; RD/WR touch one bank."""
 
     def __init__(self, cfg: AluConfig):
-        super().__init__(cfg.banks, cfg.timing)
+        super().__init__(cfg.banks, cfg.timing, ccd_every_column=True)
         self.parity = [list(range(s, cfg.banks, 2)) for s in (0, 1)]
 
     def touched(self, op, c) -> list[int]:
@@ -220,7 +220,6 @@ class AluChannel:
         accepted in cycle a is visible from a + 1; reads need a credit).
         ``execute=False`` computes the timing only (it does not depend on
         data)."""
-        tm = self.cfg.timing
         streams = Streams(self.cfg, list(words), list(wdata), cmd_arrivals, wdata_arrivals,
                           rdata_pops)
         timer = _AluBanks(self.cfg)
@@ -248,17 +247,15 @@ class AluChannel:
                 timer.apply(kind, targets, at, c["row"])
                 streams.trace.append(TraceEntry(cmd_id, kind, at))
                 t = at + 1
-            at = max(t, timer.t_col + tm.t_ccd)
             touched = timer.touched(op, c)
-            if touched:
-                at = max(at, max(timer.t_act[b] + tm.t_rcd for b in touched))
+            at = max(t, timer.earliest(op, touched))
             beat = None
             if op == _WR:
                 ready, beat = streams.take_wdata()
                 at = max(at, ready)
             if op == _RD:
                 at = max(at, streams.read_credit_ready())
-            timer.t_col = at
+            timer.apply(op, touched, at, c["row"])
             streams.trace.append(TraceEntry(cmd_id, Opcode(op), at))
             out = None
             if op == _RD:

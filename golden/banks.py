@@ -1,15 +1,23 @@
-"""Bank timing of a channel (the specification of ``hw/banks.py``):
-open rows and the tRAS / tRP / tRCD / tCCD / tFAW bookkeeping, shared by
-every controller policy (``golden.channel``, ``golden.dcs``)."""
+"""Bank timing of a channel (the specification of ``hw/banks.py``): open
+rows, and the constraint table of ``golden.timing`` (tRAS / tRP / tRCD per
+bank, tCCD and tFAW per channel), shared by every controller policy
+(``golden.channel``, ``golden.dcs``) and the ALU channel."""
 
 from __future__ import annotations
 
 from golden.isa import Opcode
 from golden.streams import Command
+from golden.timing import KINDS, constraints
+
+
+def kind_of(op) -> str:
+    """The constraint table's command kind of an action (PRE, ACT, or the
+    column access of any other opcode)."""
+    return "PRE" if op == Opcode.PRE else "ACT" if op == Opcode.ACT else "COL"
 
 
 class BankTimer:
-    """Open rows and the tRAS/tRP/tRCD/tCCD/tFAW bookkeeping of the banks.
+    """Open rows and the timing constraints of the banks.
 
     A MAC needs its row open in every bank: if any bank is open and not all
     are at the row, an all-bank PRE closes every open bank, then an all-bank
@@ -23,19 +31,27 @@ class BankTimer:
     partitions of one bank keep both rows open. Column commands stay tCCD
     apart on the channel (one command bus; the RDs share the data bus).
 
-    tFAW (``timing.t_faw`` > 0): an ACT waits until ``t_faw`` cycles after
-    the fourth ACT before it (an all-bank ACT counts once)."""
+    Timing: every constraint of ``golden.timing.constraints(timing)``; per
+    constraint and level instance (the channel, or each unit) the cycles of
+    the last ``window`` preceding commands. An all-bank ACT is one command
+    at the channel level (tFAW counts it once). A column access that
+    touches no unit (WR-INP, RD-OUT) is not a bank command, unless
+    ``ccd_every_column`` (the ALU channel: every column command is)."""
 
-    NEVER = -(1 << 40)
-
-    def __init__(self, n_banks: int, timing, slice_rows: int = 0):
+    def __init__(self, n_banks: int, timing, slice_rows: int = 0,
+                 ccd_every_column: bool = False):
         self.n, self.tm, self.split = n_banks, timing, slice_rows
+        self.every_column = ccd_every_column
         units = n_banks * (2 if slice_rows else 1)
         self.open_row: list[int | None] = [None] * units
-        self.t_act = [self.NEVER] * units
-        self.t_pre = [self.NEVER] * units
-        self.t_col = self.NEVER
-        self.acts: list[int] = []  # ACT cycles, for tFAW
+        self.rules = constraints(timing)
+        #: per constraint, per level instance: the last ``window`` preceding cycles
+        self.recent = [[[] for _ in range(1 if c.level == "channel" else units)]
+                       for c in self.rules]
+        self._waits = {k: [(i, c) for i, c in enumerate(self.rules) if k in c.following]
+                       for k in KINDS}
+        self._starts = {k: [(i, c) for i, c in enumerate(self.rules) if k in c.preceding]
+                        for k in KINDS}
 
     def unit(self, bank: int, row: int) -> int:
         """The row-buffer unit (bank, partition) holding ``row`` of ``bank``."""
@@ -69,28 +85,34 @@ class BankTimer:
         act = [b for b in touched if self.open_row[b] is None]
         return (Opcode.ACT, act) if act else None
 
+    def _bank_command(self, kind: str, banks: list[int]) -> bool:
+        return bool(banks) or kind != "COL" or self.every_column
+
     def earliest(self, kind: Opcode, banks: list[int]) -> int:
-        """Earliest cycle the bank rules allow ``kind`` on ``banks``."""
-        tm = self.tm
-        if kind == Opcode.PRE:
-            return max(self.t_act[b] + tm.t_ras for b in banks)
-        if kind == Opcode.ACT:
-            faw = tm.t_faw
-            window = self.acts[-4] + faw if faw and len(self.acts) >= 4 else 0
-            return max(window, *(self.t_pre[b] + tm.t_rp for b in banks))
-        if not banks:
+        """Earliest cycle (>= 0) the constraints allow ``kind`` on ``banks``."""
+        k = kind_of(kind)
+        if not self._bank_command(k, banks):
             return 0
-        return max(max(self.t_act[b] + tm.t_rcd for b in banks), self.t_col + tm.t_ccd)
+        t = 0
+        for i, c in self._waits[k]:
+            for u in ((0,) if c.level == "channel" else banks):
+                recent = self.recent[i][u]
+                if len(recent) == c.window:
+                    t = max(t, recent[0] + c.latency)
+        return t
 
     def apply(self, kind: Opcode, banks: list[int], cycle: int, row: int) -> None:
         for b in banks:
             if kind == Opcode.PRE:
-                self.open_row[b], self.t_pre[b] = None, cycle
+                self.open_row[b] = None
             elif kind == Opcode.ACT:
-                self.open_row[b], self.t_act[b] = row, cycle
-        if kind == Opcode.ACT:
-            self.acts.append(cycle)
-            del self.acts[:-4]
-        elif kind != Opcode.PRE and banks:
-            self.t_col = cycle
-
+                self.open_row[b] = row
+        k = kind_of(kind)
+        if not self._bank_command(k, banks):
+            return
+        for i, c in self._starts[k]:
+            for u in ((0,) if c.level == "channel" else banks):
+                recent = self.recent[i][u]
+                recent.append(cycle)
+                if len(recent) > c.window:
+                    del recent[0]

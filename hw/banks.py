@@ -1,23 +1,28 @@
 """Bank timing of a channel (specification: ``golden.banks.BankTimer``):
-open rows and the tRAS / tRCD / tRP (per bank), tCCD (per channel) and tFAW
-constraints, shared by every controller of the channel (``hw/channel.py``,
-``hw/dcs.py``) and by the ALU channel (``hw/alu.py``).
+open rows and the constraint table of ``golden.timing`` (tRAS / tRCD / tRP
+per bank, tCCD and tFAW per channel), shared by every controller of the
+channel (``hw/channel.py``, ``hw/dcs.py``) and by the ALU channel
+(``hw/alu.py``).
 
-Each constraint is a down-counter that reaches zero when it is met. The
-controller presents the command that may use the banks (its row, the banks
-it touches, whether they open together); ``BankTiming`` answers what it
-needs next (``pre_mask``, ``act_mask``: PRE, ACT, or neither: the column
-access) and whether the timing allows it now (``pre_ok``, ``act_ok``,
-``col_ok``); the controller's choice (``choose``) comes back as
-``do_pre`` / ``do_act`` / ``do_col`` and updates the counters.
+The counters are generated from the table: per constraint and level
+instance (the channel, or each unit) a down-counter loaded with
+``latency - 1`` when a preceding command issues there, and met at zero (a
+windowed constraint keeps a chain of ``window`` counters, one per recent
+preceding command). The controller presents the command that may use the
+banks (its row, the banks it touches, whether they open together);
+``BankTiming`` answers what it needs next (``pre_mask``, ``act_mask``: PRE,
+ACT, or neither: the column access) and whether the timing allows it now
+(``pre_ok``, ``act_ok``, ``col_ok``); the controller's choice (``choose``)
+comes back as ``do_pre`` / ``do_act`` / ``do_col`` and updates the counters.
 """
 
-from amaranth import Cat, Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from golden.config import Timing
 from golden.isa import FIELDS
+from golden.timing import constraints
 from hw.util import counter
 
 
@@ -71,19 +76,10 @@ class BankTiming(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        B, tm = self.units, self.timing
+        B = self.units
         row, touched = self.row, self.touched
         open_ = self.open
         open_row = [Signal(range(max(2, self.rows)), name=f"open_row{b}") for b in range(B)]
-        ras = [counter(tm.t_ras, f"ras_cnt{b}") for b in range(B)]
-        rcd = [counter(tm.t_rcd, f"rcd_cnt{b}") for b in range(B)]
-        rp = [counter(tm.t_rp, f"rp_cnt{b}") for b in range(B)]
-        ccd = counter(tm.t_ccd, "ccd_cnt")
-        t_faw = tm.t_faw
-        faw = [counter(t_faw, f"faw_cnt{k}") for k in range(4)] if t_faw else []
-        for cnt in [*ras, *rcd, *rp, ccd, *faw]:
-            with m.If(cnt != 0):
-                m.d.sync += cnt.eq(cnt - 1)
 
         row_hit = Signal(B)
         m.d.comb += row_hit.eq(Cat(open_[b] & (open_row[b] == row) for b in range(B)))
@@ -93,34 +89,56 @@ class BankTiming(wiring.Component):
         with m.Else():
             m.d.comb += pre_mask.eq(touched & open_ & ~row_hit)
         m.d.comb += act_mask.eq(touched & ~open_)
-
-        def all_zero(cnts, mask):
-            return Cat((~mask[b]) | (cnts[b] == 0) for b in range(B)).all()
-
-        # tFAW: the fourth ACT back is t_faw cycles old
-        ccd_ok = (ccd == 0) if self.ccd_every_column else ((touched == 0) | (ccd == 0))
-        m.d.comb += [self.pre_ok.eq(all_zero(ras, pre_mask)),
-                     self.act_ok.eq(all_zero(rp, act_mask) & ((faw[3] == 0) if faw else 1)),
-                     self.col_ok.eq(all_zero(rcd, touched) & ccd_ok)]
-
         with m.If(self.do_pre):
             m.d.sync += open_.eq(open_ & ~pre_mask)
-            for b in range(B):
-                with m.If(pre_mask[b]):
-                    m.d.sync += rp[b].eq(tm.t_rp - 1)
         with m.If(self.do_act):
             m.d.sync += open_.eq(open_ | act_mask)
             for b in range(B):
                 with m.If(act_mask[b]):
-                    m.d.sync += [open_row[b].eq(row), ras[b].eq(tm.t_ras - 1),
-                                 rcd[b].eq(tm.t_rcd - 1)]
-            if faw:
-                m.d.sync += faw[0].eq(t_faw - 1)
-                for k in range(1, 4):
-                    m.d.sync += faw[k].eq(Mux(faw[k - 1] != 0, faw[k - 1] - 1, 0))
-        with m.If(self.do_col & (1 if self.ccd_every_column else (touched != 0))):
-            m.d.sync += ccd.eq(tm.t_ccd - 1)
+                    m.d.sync += open_row[b].eq(row)
+
+        # what issues, and where: the units of each kind (a column access that
+        # touches no unit is not a bank command, unless ccd_every_column)
+        col_cmd = Const(1) if self.ccd_every_column else (touched != 0)
+        units = {"PRE": pre_mask, "ACT": act_mask, "COL": touched}
+        issues = {"PRE": self.do_pre, "ACT": self.do_act, "COL": self.do_col & col_cmd}
+        ok = {"PRE": [], "ACT": [], "COL": []}
+        for c in constraints(self.timing):
+            self._constraint(m, c, units, issues, ok, col_cmd)
+        m.d.comb += [self.pre_ok.eq(Cat(*ok["PRE"], 1).all()),
+                     self.act_ok.eq(Cat(*ok["ACT"], 1).all()),
+                     self.col_ok.eq(Cat(*ok["COL"], 1).all())]
         return m
+
+    def _constraint(self, m, c, units, issues, ok, col_cmd):
+        """The counters of constraint ``c``: loaded where a preceding command
+        issues, checked where a following one would."""
+        name = c.key.removeprefix("t_")
+        instances = 1 if c.level == "channel" else self.units
+        chains = []
+        for i in range(instances):
+            idx = "" if c.level == "channel" and c.window == 1 else (
+                f"{i}" if c.window == 1 else f"{i}_" if c.level == "bank" else "")
+            chain = [counter(c.latency, f"{name}_cnt{idx}{k if c.window > 1 else ''}")
+                     for k in range(c.window)]
+            chains.append(chain)
+            for cnt in chain:
+                with m.If(cnt != 0):
+                    m.d.sync += cnt.eq(cnt - 1)
+        for kind in c.preceding:
+            for i, chain in enumerate(chains):
+                here = issues[kind] if c.level == "channel" else issues[kind] & units[kind][i]
+                with m.If(here):
+                    m.d.sync += chain[0].eq(c.latency - 1)
+                    for k in range(1, c.window):
+                        m.d.sync += chain[k].eq(Mux(chain[k - 1] != 0, chain[k - 1] - 1, 0))
+        for kind in c.following:
+            if c.level == "channel":
+                met = chains[0][-1] == 0
+                ok[kind].append(met if kind != "COL" else (~col_cmd | met))
+            else:
+                ok[kind].append(Cat((~units[kind][i]) | (chain[-1] == 0)
+                                    for i, chain in enumerate(chains)).all())
 
 
 def choose(m, banks: BankTiming, do_pre, do_act, do_col, col_cond, col_free=None):

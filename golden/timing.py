@@ -1,0 +1,80 @@
+"""Device timing as data (docs/timing.md): the bank-timing rules of a
+channel as a table of constraints, in the form of Ramulator 2's device
+models: ``(level, preceding command kinds, following command kinds,
+latency)``, "at ``level``, a following command waits ``latency`` cycles
+after the ``window``-th most recent preceding one".
+
+One table drives the golden bank timer (``golden.banks.BankTimer``) and
+the RTL's timing counters (``hw.banks.BankTiming``: one down-counter per
+constraint and level instance, a chain of ``window`` counters for a
+windowed one, generated from the table). The latencies come from the
+device profile's timing keys (``golden.config.Timing``; their sources are
+in the profile).
+
+Command kinds at the banks: ``PRE`` and ``ACT`` (of the banks a command
+needs opened or closed; an all-bank ACT is one command), ``COL`` (the
+column access of a command that touches banks: MAC, RD, WR, and the ALU
+channel's LD/ST). Levels: ``channel`` (one instance) and ``bank`` (one per
+row-buffer unit: a bank, or a partition of a dual-path bank).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KINDS = ("PRE", "ACT", "COL")
+LEVELS = ("channel", "bank")
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """At ``level``, a command of a ``following`` kind waits ``latency``
+    cycles after the ``window``-th most recent command of a ``preceding``
+    kind at the same level instance. ``key``: the profile's timing key the
+    latency comes from."""
+
+    key: str
+    level: str
+    preceding: tuple[str, ...]
+    following: tuple[str, ...]
+    latency: int
+    window: int = 1
+
+    def __post_init__(self):
+        if self.level not in LEVELS:
+            raise ValueError(f"constraint {self.key}: level {self.level!r} is not one of {LEVELS}")
+        for kind in (*self.preceding, *self.following):
+            if kind not in KINDS:
+                raise ValueError(f"constraint {self.key}: command kind {kind!r} is not one of "
+                                 f"{KINDS}")
+        if self.latency < 1 or self.window < 1:
+            raise ValueError(f"constraint {self.key}: latency and window must be >= 1")
+
+
+#: The rules every channel has: (key, level, preceding, following, window).
+#: A key whose value is 0 in the profile (an optional one, t_faw) is left
+#: out of the table.
+RULES = (
+    ("t_ras", "bank", ("ACT",), ("PRE",), 1),  # ACT to PRE of the same bank
+    ("t_rp", "bank", ("PRE",), ("ACT",), 1),  # PRE to ACT of the same bank
+    ("t_rcd", "bank", ("ACT",), ("COL",), 1),  # ACT to a column access of the bank
+    ("t_ccd", "channel", ("COL",), ("COL",), 1),  # column to column on the channel
+    ("t_faw", "channel", ("ACT",), ("ACT",), 4),  # at most four ACTs in a window
+)
+
+
+def constraints(timing) -> tuple[Constraint, ...]:
+    """The constraint table of a ``golden.config.Timing``."""
+    out = []
+    for key, level, preceding, following, window in RULES:
+        latency = getattr(timing, key)
+        if latency:
+            out.append(Constraint(key, level, preceding, following, latency, window))
+    return tuple(out)
+
+
+def table(timing) -> list[dict]:
+    """The table as rows for docs and JSON."""
+    return [{"key": c.key, "level": c.level, "preceding": "/".join(c.preceding),
+             "following": "/".join(c.following), "latency": c.latency, "window": c.window}
+            for c in constraints(timing)]
