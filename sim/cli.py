@@ -236,6 +236,28 @@ def cmd_profiles(args) -> int:
     return 0
 
 
+def cmd_timing(args) -> int:
+    """The constraint table of a profile (golden/timing.py), with sources."""
+    from golden.timing import table
+
+    overrides = _overrides(args.set)
+    cfg = load_profile(args.profile, **overrides)
+    sources = {**load_profile_data(args.profile).get("sources", {}),
+               **{k: f"--set {k}={v}" for k, v in overrides.items()}}
+    rows = [{**row, "source": sources.get(row["key"], "project assumption (no source given)")}
+            for row in table(cfg.timing)]
+    if args.json:
+        _emit({"profile": args.profile, "t_ck_ns": load_profile_data(args.profile).get("t_ck_ns"),
+               "constraints": rows}, args.json)
+        return 0
+    print(f"{args.profile}: {len(rows)} constraints (latencies in controller cycles)")
+    print(f"  {'key':7} {'level':8} {'after':6} {'before':7} {'window':>6} {'cycles':>6}  source")
+    for r in rows:
+        print(f"  {r['key']:7} {r['level']:8} {r['preceding']:6} {r['following']:7} "
+              f"{r['window']:>6} {r['latency']:>6}  {r['source']}")
+    return 0
+
+
 def cmd_bench(args) -> int:
     from sim.bench import bench
 
@@ -474,6 +496,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("profiles", help="list device profiles and their sources")
     s.set_defaults(func=cmd_profiles)
+
+    s = sub.add_parser("timing", help="print a profile's timing constraint table and sources")
+    s.add_argument("--profile", default="gddr6-aim",
+                   help=f"device profile: {', '.join(PROFILES)} or a TOML file")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a timing key, e.g. --set t_faw=42")
+    s.add_argument("--json", metavar="FILE", help="write JSON to FILE ('-' for stdout)")
+    s.set_defaults(func=cmd_timing)
 
     s = sub.add_parser("bench", help="benchmark RTL and golden simulation speed (JSON)")
     s.add_argument("--json", metavar="FILE", help="also write the JSON to FILE")

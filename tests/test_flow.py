@@ -180,3 +180,18 @@ def test_cli_dpa_program_disassembles(capsys):
     out = capsys.readouterr().out
     assert "DYN_LOOP body_len=8 t_div=16" in out and "field_sel=GPR_ADDR" in out
     assert out.count("\n") == 2 + 10
+
+
+def test_cli_timing_prints_the_constraint_table(capsys):
+    assert main(["timing", "--profile", "hbm2-pim", "--set", "t_faw=16", "--json", "-"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    rows = {r["key"]: r for r in data["constraints"]}
+    assert list(rows) == ["t_ras", "t_rp", "t_rcd", "t_ccd", "t_faw"]
+    assert rows["t_rcd"]["latency"] == 14 and "LibraPIM" in rows["t_rcd"]["source"]
+    assert rows["t_faw"] == {"key": "t_faw", "level": "channel", "preceding": "ACT",
+                             "following": "ACT", "latency": 16, "window": 4,
+                             "source": "--set t_faw=16"}
+    assert main(["timing"]) == 0
+    assert "t_ccd   channel  COL    COL" in capsys.readouterr().out
+    assert main(["timing", "--set", "t_faw=x"]) == 2
+    assert "--set t_faw: value 'x' is not an integer" in capsys.readouterr().err

@@ -14,6 +14,7 @@ from golden.banks import BankTimer
 from golden.config import Timing
 from golden.isa import Opcode
 from hw.banks import BankTiming
+from tests import test_golden_timing as timing_cases
 
 TIMING = Timing(t_rcd=5, t_rp=4, t_ras=9, t_ccd=2, t_wr_inp=2, t_mac=3, t_rd_out=2)
 
@@ -121,3 +122,49 @@ def test_a_broken_rule_fails():
     slow = dataclasses.replace(TIMING, t_rcd=TIMING.t_rcd + 1)
     with pytest.raises(AssertionError):
         play(4, 8, TIMING, random_commands(rng, 4, 8, 10), ref_timing=slow)
+
+
+@pytest.mark.parametrize("key", sorted(timing_cases.CASES))
+def test_every_constraint_blocks_until_its_latency(key):
+    """tests/test_golden_timing.py's directed case of each constraint on the
+    RTL: the probe is refused one cycle before the constraint's earliest
+    cycle and allowed at it (Ramulator 2.1's device-timing form)."""
+    issued, (kind, bank, row), expect = timing_cases.CASES[key]
+    dut = BankTiming(timing_cases.UNITS, 8, timing_cases.T)
+    flag = {"PRE": dut.pre_ok, "ACT": dut.act_ok, "COL": dut.col_ok}
+    seen = {}
+
+    async def bench(ctx):
+        def present(k, b, r):
+            ctx.set(dut.touched, 1 << b)
+            ctx.set(dut.row, r)
+            ctx.set(dut.as_set, 0)
+            want = {"PRE": dut.pre_mask, "ACT": dut.act_mask}
+            if k in want:
+                assert ctx.get(want[k]) == 1 << b, (k, b, r)
+            else:
+                assert ctx.get(dut.pre_mask) == 0 and ctx.get(dut.act_mask) == 0
+
+        cycle = 0
+        for at, k, b, r in issued:
+            while cycle < at:
+                await ctx.tick()
+                cycle += 1
+            present(k, b, r)
+            assert ctx.get(flag[k]), (key, cycle, k)
+            ctx.set({"PRE": dut.do_pre, "ACT": dut.do_act, "COL": dut.do_col}[k], 1)
+            await ctx.tick()
+            cycle += 1
+            for s in (dut.do_pre, dut.do_act, dut.do_col):
+                ctx.set(s, 0)
+        while cycle <= expect:
+            present(kind, bank, row)
+            seen[cycle] = ctx.get(flag[kind])
+            await ctx.tick()
+            cycle += 1
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen[expect - 1] == 0 and seen[expect] == 1, seen
