@@ -124,6 +124,27 @@ def table_bits(cfg) -> dict:
             "id_bits": id_bits, "bits": gbuf + obuf, "bytes": (gbuf + obuf + 7) // 8}
 
 
+#: The paper's form of the tables (PIMphony §V, DESIGN.md §2.2): per GBuf
+#: and per OBuf entry the D-Table's last command ID, the S-Table's ID and
+#: expiration timestamp, and an is-MAC flag per OBuf entry. The paper gives
+#: no widths; these two are project assumptions: with them the reference
+#: buffers (GBuf 64, OBuf 8 entries) take 4,608 bits = 576 B without the
+#: is-MAC flags, the figure REFERENCE.md reports, and 577 B with them.
+PAPER_ID_BITS = 16
+PAPER_TIMESTAMP_BITS = 32
+
+
+def paper_table_bits(cfg, id_bits: int = PAPER_ID_BITS,
+                     timestamp_bits: int = PAPER_TIMESTAMP_BITS) -> dict:
+    """Storage of the D-Table and S-Table in the paper's form (IDs and
+    absolute expiration timestamps), in bits; ``table_bits`` is the
+    project's form (valid bits and down-counters)."""
+    entries = cfg.gbuf_entries + cfg.obuf_entries
+    bits = entries * (id_bits + id_bits + timestamp_bits) + cfg.obuf_entries
+    return {"id_bits": id_bits, "timestamp_bits": timestamp_bits, "bits": bits,
+            "bytes": (bits + 7) // 8}
+
+
 def run_dynamic(model, streams: Streams):
     cfg = model.config
     if cfg.policy != "dcs":

@@ -51,11 +51,13 @@ def synth_one(config: ChannelConfig, folder: Path) -> dict:
 
 
 def synth(config: ChannelConfig | None = None) -> dict:
-    from golden.dcs import table_bits
+    from golden.dcs import paper_table_bits, table_bits
 
     config = config or reference_config()
     out = {"config": config.describe(), "queue_depths": [config.io_depth, config.compute_depth],
-           "dcs_table_storage": {**table_bits(config), "reference_bytes": 576}, "policies": {}}
+           "dcs_table_storage": {**table_bits(config),
+                                  "paper_form": paper_table_bits(config),
+                                  "reference_bytes": 576}, "policies": {}}
     for policy in POLICIES:
         cfg = config.replace(policy=policy)
         out["policies"][policy] = synth_one(cfg, BUILD / "synth" / policy)

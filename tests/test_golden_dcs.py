@@ -175,3 +175,18 @@ def test_decode_waits_while_a_queue_head_is_half_the_id_space_old():
     assert first[WINDOW] < late < first[1 + WINDOW]
     assert r.rdata == ChannelModel(CFG.replace(policy="static")).run(
         cmds, [7], wdata_arrivals=[late]).rdata
+
+
+def test_table_storage_in_both_forms():
+    """The project's form (valid bits, down-counters) and the paper's (IDs
+    and expiration timestamps) at the reference buffers: the paper's form
+    with its assumed widths is REFERENCE.md's 576 B plus the is-MAC bits."""
+    from golden.config import load_profile
+    from golden.dcs import paper_table_bits, table_bits
+
+    cfg = load_profile("gddr6-aim", gbuf_entries=64, obuf_entries=8, policy="dcs")
+    paper = paper_table_bits(cfg)
+    assert paper["bits"] == 72 * (16 + 16 + 32) + 8 and paper["bytes"] == 577
+    assert paper["bits"] - cfg.obuf_entries == 576 * 8
+    assert table_bits(cfg)["bytes"] < paper["bytes"]  # down-counters instead of timestamps
+    assert paper_table_bits(cfg, timestamp_bits=16)["bits"] == 72 * 48 + 8

@@ -46,10 +46,11 @@ def dcs_utilization(profile: str = "gddr6-aim", tokens: int = 512, obuf_entries:
         rows.append(row)
     slower = [r["kernel"] for r in rows if r["policies"]["dcs"]["cycles"] > min(
         r["policies"]["static"]["cycles"], r["policies"]["pingpong"]["cycles"])]
-    from golden.dcs import table_bits
+    from golden.dcs import paper_table_bits, table_bits
 
     return {"study": "dcs-utilization", "config": cfg.describe(), "tokens": tokens,
-            "dcs_table_storage": {**table_bits(cfg), "reference_bytes": 576},
+            "dcs_table_storage": {**table_bits(cfg), "paper_form": paper_table_bits(cfg),
+                                  "reference_bytes": 576},
             "queue_depths": {"io": cfg.io_depth, "compute": cfg.compute_depth},
             "mac_utilization": "MACs x tCCD / cycles; of_bound: utilization / utilization_bound",
             "dcs_slower_than_a_baseline": slower, "rows": rows,
