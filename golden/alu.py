@@ -248,14 +248,16 @@ class AluChannel:
                 streams.trace.append(TraceEntry(cmd_id, kind, at))
                 t = at + 1
             touched = timer.touched(op, c)
-            at = max(t, timer.earliest(op, touched))
+            # the column access: WR and ST write the banks, the rest read
+            col = "WR" if op == _WR or (op == _ALU_MOV and c["alu_fn"] == AluMov.ST) else "RD"
+            at = max(t, timer.earliest(col, touched))
             beat = None
             if op == _WR:
                 ready, beat = streams.take_wdata()
                 at = max(at, ready)
             if op == _RD:
                 at = max(at, streams.read_credit_ready())
-            timer.apply(op, touched, at, c["row"])
+            timer.apply(col, touched, at, c["row"])
             streams.trace.append(TraceEntry(cmd_id, Opcode(op), at))
             out = None
             if op == _RD:

@@ -1,19 +1,24 @@
 """Bank timing of a channel (the specification of ``hw/banks.py``): open
-rows, and the constraint table of ``golden.timing`` (tRAS / tRP / tRCD per
-bank, tCCD and tFAW per channel), shared by every controller policy
+rows, and the constraint table of ``golden.timing`` (per bank, per bank
+group and per channel), shared by every controller policy
 (``golden.channel``, ``golden.dcs``) and the ALU channel."""
 
 from __future__ import annotations
 
 from golden.isa import Opcode
 from golden.streams import Command
-from golden.timing import KINDS, constraints
+from golden.timing import COLUMN, KINDS, constraints
 
 
 def kind_of(op) -> str:
-    """The constraint table's command kind of an action (PRE, ACT, or the
-    column access of any other opcode)."""
-    return "PRE" if op == Opcode.PRE else "ACT" if op == Opcode.ACT else "COL"
+    """The constraint table's command kind of an action: PRE, ACT, WR (a
+    write's column access), RD (any other column access); a kind name is
+    itself."""
+    if isinstance(op, str):
+        if op not in KINDS:
+            raise ValueError(f"command kind {op!r} is not one of {KINDS}")
+        return op
+    return {Opcode.PRE: "PRE", Opcode.ACT: "ACT", Opcode.WR: "WR"}.get(op, "RD")
 
 
 class BankTimer:
@@ -32,22 +37,26 @@ class BankTimer:
     apart on the channel (one command bus; the RDs share the data bus).
 
     Timing: every constraint of ``golden.timing.constraints(timing)``; per
-    constraint and level instance (the channel, or each unit) the cycles of
-    the last ``window`` preceding commands. An all-bank ACT is one command
-    at the channel level (tFAW counts it once). A column access that
-    touches no unit (WR-INP, RD-OUT) is not a bank command, unless
-    ``ccd_every_column`` (the ALU channel: every column command is)."""
+    constraint and level instance (the channel, each bank group, or each
+    unit) the cycles of the last ``window`` preceding commands. A command is
+    at every instance of the units it touches (an all-bank ACT is one
+    command at the channel level: tFAW counts it once; at every bank group).
+    A column access that touches no unit (WR-INP, RD-OUT) is not a bank
+    command, unless ``ccd_every_column`` (the ALU channel: every column
+    command is). Bank ``b`` (both partitions) is in group
+    ``b // (n_banks / bank_groups)``."""
 
     def __init__(self, n_banks: int, timing, slice_rows: int = 0,
-                 ccd_every_column: bool = False):
+                 ccd_every_column: bool = False, bank_groups: int = 1):
         self.n, self.tm, self.split = n_banks, timing, slice_rows
         self.every_column = ccd_every_column
         units = n_banks * (2 if slice_rows else 1)
+        self.group = [(u % n_banks) // (n_banks // bank_groups) for u in range(units)]
         self.open_row: list[int | None] = [None] * units
         self.rules = constraints(timing)
+        count = {"channel": 1, "bankgroup": bank_groups, "bank": units}
         #: per constraint, per level instance: the last ``window`` preceding cycles
-        self.recent = [[[] for _ in range(1 if c.level == "channel" else units)]
-                       for c in self.rules]
+        self.recent = [[[] for _ in range(count[c.level])] for c in self.rules]
         self._waits = {k: [(i, c) for i, c in enumerate(self.rules) if k in c.following]
                        for k in KINDS}
         self._starts = {k: [(i, c) for i, c in enumerate(self.rules) if k in c.preceding]
@@ -86,32 +95,40 @@ class BankTimer:
         return (Opcode.ACT, act) if act else None
 
     def _bank_command(self, kind: str, banks: list[int]) -> bool:
-        return bool(banks) or kind != "COL" or self.every_column
+        return bool(banks) or kind not in COLUMN or self.every_column
 
-    def earliest(self, kind: Opcode, banks: list[int]) -> int:
-        """Earliest cycle (>= 0) the constraints allow ``kind`` on ``banks``."""
+    def _instances(self, level: str, banks: list[int]):
+        if level == "channel":
+            return (0,)
+        if level == "bankgroup":
+            return sorted({self.group[u] for u in banks})
+        return banks
+
+    def earliest(self, kind, banks: list[int]) -> int:
+        """Earliest cycle (>= 0) the constraints allow ``kind`` (an opcode or
+        a kind name) on ``banks``."""
         k = kind_of(kind)
         if not self._bank_command(k, banks):
             return 0
         t = 0
         for i, c in self._waits[k]:
-            for u in ((0,) if c.level == "channel" else banks):
+            for u in self._instances(c.level, banks):
                 recent = self.recent[i][u]
                 if len(recent) == c.window:
                     t = max(t, recent[0] + c.latency)
         return t
 
-    def apply(self, kind: Opcode, banks: list[int], cycle: int, row: int) -> None:
-        for b in banks:
-            if kind == Opcode.PRE:
-                self.open_row[b] = None
-            elif kind == Opcode.ACT:
-                self.open_row[b] = row
+    def apply(self, kind, banks: list[int], cycle: int, row: int) -> None:
         k = kind_of(kind)
+        for b in banks:
+            if k == "PRE":
+                self.open_row[b] = None
+            elif k == "ACT":
+                self.open_row[b] = row
         if not self._bank_command(k, banks):
             return
         for i, c in self._starts[k]:
-            for u in ((0,) if c.level == "channel" else banks):
+            for u in self._instances(c.level, banks):
                 recent = self.recent[i][u]
                 recent.append(cycle)
                 if len(recent) > c.window:

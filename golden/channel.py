@@ -247,7 +247,8 @@ class ChannelModel:
         half (static: one half, the whole buffer). Ping-pong hands the MAC
         over to the other half only when both halves are idle."""
         tm = self.config.timing
-        banks = BankTimer(self.config.banks, tm, self.config.slice_rows)
+        banks = BankTimer(self.config.banks, tm, self.config.slice_rows,
+                          bank_groups=self.config.bank_groups)
         busy = [0, 0]  # per half: the static gap of its last action ends here
         mac_half: tuple[int, ...] | None = None
         free = 0  # first cycle the controller can work on the next command

@@ -39,6 +39,15 @@ class Timing:
     t_mac: int = 8
     t_rd_out: int = 8
     t_faw: int = 0  # four-activate window; 0: not modelled (optional in profiles)
+    # Optional device rules (0: not modelled); docs/timing.md gives each one's
+    # place in the constraint table (golden/timing.py).
+    t_rc: int = 0  # ACT to ACT of the same bank
+    t_rtp: int = 0  # a read (RD, MAC) to PRE of the same bank
+    t_wr: int = 0  # a write (WR) to PRE of the same bank: write latency, burst, recovery
+    t_wtr: int = 0  # a write to a read on the channel: write latency, burst, turnaround
+    t_ccd_l: int = 0  # column to column in the same bank group (t_ccd: any two)
+    t_rrd_s: int = 0  # ACT to ACT on the channel (different bank groups)
+    t_rrd_l: int = 0  # ACT to ACT in the same bank group
 
     def gap(self, opcode: Opcode) -> int:
         """Static in-order gap: cycles from this command to the next bus command."""
@@ -55,7 +64,8 @@ class Timing:
 
 
 #: Timing keys a profile may leave out, with the value that turns them off.
-OPTIONAL_TIMING = {"t_faw": 0}
+OPTIONAL_TIMING = dict.fromkeys(("t_faw", "t_rc", "t_rtp", "t_wr", "t_wtr", "t_ccd_l", "t_rrd_s",
+                                  "t_rrd_l"), 0)
 
 
 @dataclass(frozen=True)
@@ -79,6 +89,9 @@ class ChannelConfig:
     #: ``slice_rows`` the split of a run (0: one partition, a conventional bank).
     dual_path: bool = False
     slice_rows: int = 0
+    #: Bank groups (the constraint table's ``bankgroup`` level: t_ccd_l,
+    #: t_rrd_l); banks split evenly, bank ``b`` in group ``b // (banks / groups)``.
+    bank_groups: int = 1
 
     def __post_init__(self):
         if self.policy not in POLICIES:
@@ -95,11 +108,14 @@ class ChannelConfig:
             "rdata_depth": (1, 1024),
             "io_depth": (1, 1024),
             "compute_depth": (1, 1024),
+            "bank_groups": (1, 16),
         }
         for key, (lo, hi) in limits.items():
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
                 raise ConfigError(f"{key} must be an integer in [{lo}, {hi}], not {value!r}")
+        if self.banks % self.bank_groups:
+            raise ConfigError(f"bank_groups={self.bank_groups} does not divide {self.banks} banks")
         if not isinstance(self.dual_path, bool):
             raise ConfigError(f"dual_path must be true or false, not {self.dual_path!r}")
         if (not isinstance(self.slice_rows, int) or isinstance(self.slice_rows, bool)
@@ -135,6 +151,11 @@ class ChannelConfig:
                 f"gaps {t.t_wr_inp}/{t.t_mac}/{t.t_rd_out}")
         if t.t_faw:
             text += f" tFAW {t.t_faw}"
+        extra = {"tRC": t.t_rc, "tRTP": t.t_rtp, "tWR": t.t_wr, "tWTR": t.t_wtr,
+                 "tCCD_L": t.t_ccd_l, "tRRD_S": t.t_rrd_s, "tRRD_L": t.t_rrd_l}
+        text += "".join(f" {k} {v}" for k, v in extra.items() if v)
+        if self.bank_groups > 1:
+            text += f", {self.bank_groups} bank groups"
         if self.dual_path:
             text += (f", dual-path banks, partitions {self.slice_rows}:"
                      f"{self.rows - self.slice_rows}" if self.slice_rows
@@ -142,8 +163,8 @@ class ChannelConfig:
         return text
 
 
-PROFILES = {"gddr6-aim": "gddr6_aim.toml", "hbm2-pim": "hbm2_pim.toml",
-            "hbm-jitq": "hbm_jitq.toml"}
+PROFILES = {"gddr6-aim": "gddr6_aim.toml", "gddr6-aim-rules": "gddr6_aim_rules.toml",
+            "hbm2-pim": "hbm2_pim.toml", "hbm-jitq": "hbm_jitq.toml"}
 DEFAULT_PROFILE = "gddr6-aim"
 
 
@@ -167,7 +188,7 @@ def load_profile(name_or_path: str = DEFAULT_PROFILE, **overrides) -> ChannelCon
     geometry or timing keys (e.g. ``rows=64, t_mac=4``)."""
     data = load_profile_data(name_or_path)
     timing_keys = {f.name for f in dataclasses.fields(Timing)}
-    geometry_keys = {"banks", "rows", "cols", "gbuf_entries", "obuf_entries"}
+    geometry_keys = {"banks", "rows", "cols", "gbuf_entries", "obuf_entries", "bank_groups"}
     for section, allowed in (("timing", timing_keys), ("geometry", geometry_keys)):
         for key in data.get(section, {}):
             if key not in allowed:

@@ -150,7 +150,7 @@ def run_dynamic(model, streams: Streams):
     if cfg.policy != "dcs":
         raise NotImplementedError(f"policy {cfg.policy!r} is not modelled yet")
     tm = cfg.timing
-    banks = BankTimer(cfg.banks, tm)
+    banks = BankTimer(cfg.banks, tm, bank_groups=cfg.bank_groups)
     tables = Tables.empty(cfg)
     d_gbuf, d_obuf, s_gbuf, s_obuf = tables.d_gbuf, tables.d_obuf, tables.s_gbuf, tables.s_obuf
     compute_q: deque[Entry] = deque()

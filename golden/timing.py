@@ -12,9 +12,10 @@ device profile's timing keys (``golden.config.Timing``; their sources are
 in the profile).
 
 Command kinds at the banks: ``PRE`` and ``ACT`` (of the banks a command
-needs opened or closed; an all-bank ACT is one command), ``COL`` (the
-column access of a command that touches banks: MAC, RD, WR, and the ALU
-channel's LD/ST). Levels: ``channel`` (one instance) and ``bank`` (one per
+needs closed or opened; an all-bank ACT is one command), ``RD`` and ``WR``
+(the column access of a command that touches banks: MAC, RD and the ALU
+channel's LD read; WR and the ALU channel's ST write). Levels: ``channel``
+(one instance), ``bankgroup`` (one per bank group) and ``bank`` (one per
 row-buffer unit: a bank, or a partition of a dual-path bank).
 """
 
@@ -22,8 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-KINDS = ("PRE", "ACT", "COL")
-LEVELS = ("channel", "bank")
+KINDS = ("PRE", "ACT", "RD", "WR")
+COLUMN = ("RD", "WR")
+LEVELS = ("channel", "bankgroup", "bank")
 
 
 @dataclass(frozen=True)
@@ -51,14 +53,21 @@ class Constraint:
             raise ValueError(f"constraint {self.key}: latency and window must be >= 1")
 
 
-#: The rules every channel has: (key, level, preceding, following, window).
-#: A key whose value is 0 in the profile (an optional one, t_faw) is left
-#: out of the table.
+#: The rules, (key, level, preceding, following, window). A key whose value
+#: is 0 in the profile (an optional one, ``golden.config.OPTIONAL_TIMING``)
+#: leaves its row out of the table.
 RULES = (
     ("t_ras", "bank", ("ACT",), ("PRE",), 1),  # ACT to PRE of the same bank
     ("t_rp", "bank", ("PRE",), ("ACT",), 1),  # PRE to ACT of the same bank
-    ("t_rcd", "bank", ("ACT",), ("COL",), 1),  # ACT to a column access of the bank
-    ("t_ccd", "channel", ("COL",), ("COL",), 1),  # column to column on the channel
+    ("t_rc", "bank", ("ACT",), ("ACT",), 1),  # ACT to ACT of the same bank
+    ("t_rcd", "bank", ("ACT",), COLUMN, 1),  # ACT to a column access of the bank
+    ("t_rtp", "bank", ("RD",), ("PRE",), 1),  # a read to PRE of the bank
+    ("t_wr", "bank", ("WR",), ("PRE",), 1),  # a write to PRE of the bank (write recovery)
+    ("t_ccd", "channel", COLUMN, COLUMN, 1),  # column to column on the channel
+    ("t_ccd_l", "bankgroup", COLUMN, COLUMN, 1),  # column to column in a bank group
+    ("t_wtr", "channel", ("WR",), ("RD",), 1),  # write to read turnaround
+    ("t_rrd_s", "channel", ("ACT",), ("ACT",), 1),  # ACT to ACT on the channel
+    ("t_rrd_l", "bankgroup", ("ACT",), ("ACT",), 1),  # ACT to ACT in a bank group
     ("t_faw", "channel", ("ACT",), ("ACT",), 4),  # at most four ACTs in a window
 )
 

@@ -102,7 +102,7 @@ class AluChannel(wiring.Component):
         m.d.comb += touched.eq(Mux(is_mem, Mux(head.bank[0], parity[1], parity[0]),
                                    Mux(host, onehot, 0)))
         banks = bank_timing(m, "banks", B, cfg.rows, tm, head.row, touched, is_mem,
-                            ccd_every_column=True)
+                            is_wr | is_st, ccd_every_column=True)
 
         outstanding = Signal(range(cfg.rdata_depth + 1))
         credit = outstanding < cfg.rdata_depth

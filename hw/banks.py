@@ -22,7 +22,7 @@ from amaranth.lib.wiring import In, Out
 
 from golden.config import Timing
 from golden.isa import FIELDS
-from golden.timing import constraints
+from golden.timing import COLUMN, KINDS, constraints
 from hw.util import counter
 
 
@@ -37,10 +37,14 @@ class BankTiming(wiring.Component):
     rows : int
         Rows per bank (the width of the open-row registers).
     timing : golden.config.Timing
-        tRAS, tRCD, tRP, tCCD and tFAW (tFAW 0: not enforced).
+        The profile's timing; its constraint table (``golden.timing``)
+        generates the counters.
     ccd_every_column : bool
-        tCCD separates every column command (the ALU channel), not only
-        those that touch the banks.
+        The channel-level column rules separate every column command (the
+        ALU channel), not only those that touch the banks.
+    bank_groups, banks : int
+        Bank groups, and the banks they split evenly (unit ``u`` is bank
+        ``u % banks``; default: every unit a bank).
 
     Members
     -------
@@ -52,24 +56,31 @@ class BankTiming(wiring.Component):
         They open together, like the channel's all-bank MAC: if any touched
         unit is off the row, every open touched unit is precharged.
         Otherwise each touched unit on its own.
+    col_write : In(1)
+        The column access writes the banks (WR; the constraint table's WR
+        kind), else it reads (RD, MAC: RD).
     do_pre, do_act, do_col : In(1)
         What issues this cycle: PRE of ``pre_mask``, ACT of ``act_mask``,
         the column access.
     pre_mask, act_mask : Out(units)
         The units the command needs precharged, then activated.
     pre_ok, act_ok, col_ok : Out(1)
-        tRAS allows the PRE; tRP (and tFAW) the ACT; tRCD and tCCD the
-        column access.
+        Every constraint whose following kind is a PRE, an ACT, the column
+        access (its RD or WR kind) is met.
     open : Out(units)
         Units with a row open.
     """
 
-    def __init__(self, units: int, rows: int, timing: Timing, ccd_every_column: bool = False):
+    def __init__(self, units: int, rows: int, timing: Timing, ccd_every_column: bool = False,
+                 bank_groups: int = 1, banks: int | None = None):
         self.units, self.rows, self.timing = units, rows, timing
         self.ccd_every_column = ccd_every_column
+        banks = banks or units
+        self.group = [(u % banks) // (banks // bank_groups) for u in range(units)]
+        self.bank_groups = bank_groups
         super().__init__({
             "row": In(FIELDS["row"].width), "touched": In(units), "as_set": In(1),
-            "do_pre": In(1), "do_act": In(1), "do_col": In(1),
+            "col_write": In(1), "do_pre": In(1), "do_act": In(1), "do_col": In(1),
             "pre_mask": Out(units), "act_mask": Out(units),
             "pre_ok": Out(1), "act_ok": Out(1), "col_ok": Out(1), "open": Out(units),
         })
@@ -100,45 +111,55 @@ class BankTiming(wiring.Component):
         # what issues, and where: the units of each kind (a column access that
         # touches no unit is not a bank command, unless ccd_every_column)
         col_cmd = Const(1) if self.ccd_every_column else (touched != 0)
-        units = {"PRE": pre_mask, "ACT": act_mask, "COL": touched}
-        issues = {"PRE": self.do_pre, "ACT": self.do_act, "COL": self.do_col & col_cmd}
-        ok = {"PRE": [], "ACT": [], "COL": []}
+        col = self.do_col & col_cmd
+        units = {"PRE": pre_mask, "ACT": act_mask, "RD": touched, "WR": touched}
+        issues = {"PRE": self.do_pre, "ACT": self.do_act, "RD": col & ~self.col_write,
+                  "WR": col & self.col_write}
+        ok = {kind: [] for kind in KINDS}
         for c in constraints(self.timing):
             self._constraint(m, c, units, issues, ok, col_cmd)
-        m.d.comb += [self.pre_ok.eq(Cat(*ok["PRE"], 1).all()),
-                     self.act_ok.eq(Cat(*ok["ACT"], 1).all()),
-                     self.col_ok.eq(Cat(*ok["COL"], 1).all())]
+
+        def met(kind):
+            return Cat(*ok[kind], 1).all()
+
+        m.d.comb += [self.pre_ok.eq(met("PRE")), self.act_ok.eq(met("ACT")),
+                     self.col_ok.eq(Mux(self.col_write, met("WR"), met("RD")))]
         return m
 
     def _constraint(self, m, c, units, issues, ok, col_cmd):
-        """The counters of constraint ``c``: loaded where a preceding command
-        issues, checked where a following one would."""
+        """The counters of constraint ``c``: per level instance, loaded where
+        a preceding command issues, checked where a following one would."""
         name = c.key.removeprefix("t_")
-        instances = 1 if c.level == "channel" else self.units
+        if c.level == "channel":
+            masks = [None]
+        elif c.level == "bankgroup":
+            masks = [sum(1 << u for u in range(self.units) if self.group[u] == g)
+                     for g in range(self.bank_groups)]
+        else:
+            masks = [1 << u for u in range(self.units)]
         chains = []
-        for i in range(instances):
-            idx = "" if c.level == "channel" and c.window == 1 else (
-                f"{i}" if c.window == 1 else f"{i}_" if c.level == "bank" else "")
+        for i in range(len(masks)):
+            idx = "" if c.level == "channel" else f"{i}_" if c.window > 1 else f"{i}"
             chain = [counter(c.latency, f"{name}_cnt{idx}{k if c.window > 1 else ''}")
                      for k in range(c.window)]
             chains.append(chain)
             for cnt in chain:
                 with m.If(cnt != 0):
                     m.d.sync += cnt.eq(cnt - 1)
+
+        def here(kind, mask):
+            return Const(1) if mask is None else (units[kind] & mask) != 0
+
         for kind in c.preceding:
-            for i, chain in enumerate(chains):
-                here = issues[kind] if c.level == "channel" else issues[kind] & units[kind][i]
-                with m.If(here):
+            for mask, chain in zip(masks, chains, strict=True):
+                with m.If(issues[kind] & here(kind, mask)):
                     m.d.sync += chain[0].eq(c.latency - 1)
                     for k in range(1, c.window):
                         m.d.sync += chain[k].eq(Mux(chain[k - 1] != 0, chain[k - 1] - 1, 0))
         for kind in c.following:
-            if c.level == "channel":
-                met = chains[0][-1] == 0
-                ok[kind].append(met if kind != "COL" else (~col_cmd | met))
-            else:
-                ok[kind].append(Cat((~units[kind][i]) | (chain[-1] == 0)
-                                    for i, chain in enumerate(chains)).all())
+            met = Cat((~here(kind, mask)) | (chain[-1] == 0)
+                      for mask, chain in zip(masks, chains, strict=True)).all()
+            ok[kind].append(~col_cmd | met if c.level == "channel" and kind in COLUMN else met)
 
 
 def choose(m, banks: BankTiming, do_pre, do_act, do_col, col_cond, col_free=None):
@@ -156,14 +177,17 @@ def choose(m, banks: BankTiming, do_pre, do_act, do_col, col_cond, col_free=None
 
 
 def bank_timing(m, name: str, units: int, rows: int, timing: Timing, row, touched, as_set,
-                ccd_every_column: bool = False) -> BankTiming:
+                col_write, ccd_every_column: bool = False, bank_groups: int = 1,
+                banks: int | None = None) -> BankTiming:
     """Add a BankTiming submodule ``name`` to ``m`` for the command at
-    ``row`` touching ``touched``; the caller drives ``do_pre`` / ``do_act``
-    / ``do_col`` (``choose``, then ``issued``)."""
-    banks = BankTiming(units, rows, timing, ccd_every_column)
-    m.submodules[name] = banks
-    m.d.comb += [banks.row.eq(row), banks.touched.eq(touched), banks.as_set.eq(as_set)]
-    return banks
+    ``row`` touching ``touched`` (its column access a write when
+    ``col_write``); the caller drives ``do_pre`` / ``do_act`` / ``do_col``
+    (``choose``, then ``issued``)."""
+    timer = BankTiming(units, rows, timing, ccd_every_column, bank_groups, banks)
+    m.submodules[name] = timer
+    m.d.comb += [timer.row.eq(row), timer.touched.eq(touched), timer.as_set.eq(as_set),
+                 timer.col_write.eq(col_write)]
+    return timer
 
 
 def issued(m, banks: BankTiming, do_pre, do_act, do_col) -> None:

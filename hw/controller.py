@@ -116,15 +116,18 @@ class Controller(wiring.Component):
         touched = Signal(B)
         m.d.comb += touched.eq(Mux(enable & op.mac, (1 << B) - 1,
                                    Mux(enable & (op.normal | op.act_ahead), bank_onehot, 0)))
+        write = op.is_[Opcode.WR]  # the constraint table's WR kind; the rest read
         if not cfg.dual_path:
-            return bank_timing(m, "banks", B, cfg.rows, cfg.timing, cmd.row, touched, op.mac)
+            return bank_timing(m, "banks", B, cfg.rows, cfg.timing, cmd.row, touched, op.mac,
+                               write, bank_groups=cfg.bank_groups)
         sliced = Signal()
         upper = Signal()  # the command's row is in the second partition
         m.d.comb += [sliced.eq(self.slice_rows != 0),
                      upper.eq(sliced & (cmd.row >= self.slice_rows))]
         units = Signal(2 * B)
         m.d.comb += units.eq(Mux(upper, Cat(Const(0, B), touched), touched))
-        return bank_timing(m, "banks", 2 * B, cfg.rows, cfg.timing, cmd.row, units, op.mac)
+        return bank_timing(m, "banks", 2 * B, cfg.rows, cfg.timing, cmd.row, units, op.mac,
+                           write, bank_groups=cfg.bank_groups, banks=B)
 
     def drive_issue(self, m, do_pre, do_act, do_col, cmd, cmd_id, op, err, err_code):
         i = self.issue

@@ -214,10 +214,15 @@ def icarus_source(path: Path) -> Path:
 
 #: The dual-path channel the RTL tests use (tb/test_dex.py): the small
 #: channel with partitioned banks and tFAW = 64 cycles (32 ns at tCK 0.5 ns;
-#: a project assumption, no figure in REFERENCE.md). Built unsliced: the
-#: split is the channel's slice_rows input, set by each test.
+#: a project assumption, no figure in REFERENCE.md), and every other optional
+#: device rule of docs/timing.md on, so that the RTL runs the whole
+#: constraint table under both simulators: two bank groups, the AiM
+#: simulator's tRC, tRTP, tWR, tWTR and tRRD (profile gddr6-aim-rules), and
+#: tCCD_L = 4 (a test value: GDDR6-AiM's is 2, the same as tCCD). Built
+#: unsliced: the split is the channel's slice_rows input, set by each test.
 def dex_test_config() -> ChannelConfig:
-    return small_config().replace(dual_path=True, t_faw=64)
+    return small_config().replace(dual_path=True, t_faw=64, bank_groups=2, t_rc=89, t_rtp=12,
+                                  t_wr=41, t_wtr=17, t_ccd_l=4, t_rrd_s=11, t_rrd_l=11)
 
 
 #: The ALU channel the RTL tests use: 2 ALUs (4 banks), 48 rows, the

@@ -83,7 +83,8 @@ def quiet_cycles(config: ChannelConfig | AluConfig) -> int:
     player stops: longer than any wait between two entries of the tail
     (an ACT-AHEAD's PRE and ACT), so a stray issue is still recorded."""
     t = config.timing
-    return t.t_ras + t.t_rp + t.t_rcd + t.t_faw + max(t.t_wr_inp, t.t_mac, t.t_rd_out) + 16
+    return (t.t_ras + t.t_rp + t.t_rcd + t.t_faw + max(t.t_wr_inp, t.t_mac, t.t_rd_out) + 16
+            + t.t_rc + t.t_rtp + t.t_wr + t.t_wtr + t.t_ccd_l + t.t_rrd_s + t.t_rrd_l)
 
 
 def cycle_limit(config: ChannelConfig | AluConfig, n_commands: int, idle: float,

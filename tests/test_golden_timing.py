@@ -8,34 +8,42 @@ import dataclasses
 
 import pytest
 
-from golden.banks import BankTimer
-from golden.config import Timing
+from golden.banks import BankTimer, kind_of
+from golden.config import OPTIONAL_TIMING, Timing
 from golden.isa import Opcode
 from golden.timing import RULES, Constraint, constraints, table
 
-T = Timing(t_rcd=5, t_rp=4, t_ras=9, t_ccd=3, t_wr_inp=2, t_mac=3, t_rd_out=2, t_faw=20)
-KIND = {"PRE": Opcode.PRE, "ACT": Opcode.ACT, "COL": Opcode.RD}
+T = Timing(t_rcd=5, t_rp=4, t_ras=9, t_ccd=2, t_wr_inp=2, t_mac=3, t_rd_out=2, t_faw=30,
+           t_rc=16, t_rtp=7, t_wr=9, t_wtr=6, t_ccd_l=4, t_rrd_s=3, t_rrd_l=5)
+UNITS, GROUPS = 8, 2  # banks 0-3 in group 0, 4-7 in group 1
 
 #: per constraint key: the commands issued (cycle, kind, bank, row) and the
-#: probe (kind, bank, row) with the cycle the constraint sets for it
+#: probe (kind, bank, row) with the cycle the constraint sets for it (every
+#: other constraint allows the probe earlier)
 CASES = {
-    "t_ras": ([(0, "ACT", 0, 1)], ("PRE", 0, 2), T.t_ras),
-    "t_rp": ([(0, "ACT", 0, 1), (9, "PRE", 0, 2)], ("ACT", 0, 2), 9 + T.t_rp),
-    "t_rcd": ([(0, "ACT", 0, 1)], ("COL", 0, 1), T.t_rcd),
-    "t_ccd": ([(0, "ACT", 0, 1), (1, "ACT", 1, 1), (6, "COL", 1, 1)], ("COL", 0, 1),
-              6 + T.t_ccd),
-    "t_faw": ([(i, "ACT", i, 1) for i in range(4)], ("ACT", 4, 1), T.t_faw),
+    "t_ras": ([(0, "ACT", 0, 1)], ("PRE", 0, 2), 9),
+    "t_rp": ([(0, "ACT", 0, 1), (20, "PRE", 0, 2)], ("ACT", 0, 2), 20 + 4),
+    "t_rc": ([(0, "ACT", 0, 1), (9, "PRE", 0, 2)], ("ACT", 0, 2), 16),
+    "t_rcd": ([(0, "ACT", 0, 1)], ("RD", 0, 1), 5),
+    "t_rtp": ([(0, "ACT", 0, 1), (5, "RD", 0, 1)], ("PRE", 0, 2), 5 + 7),
+    "t_wr": ([(0, "ACT", 0, 1), (5, "WR", 0, 1)], ("PRE", 0, 2), 5 + 9),
+    "t_ccd": ([(0, "ACT", 0, 1), (3, "ACT", 4, 1), (7, "RD", 0, 1)], ("RD", 4, 1), 7 + 2),
+    "t_ccd_l": ([(0, "ACT", 0, 1), (5, "ACT", 1, 1), (10, "RD", 0, 1)], ("RD", 1, 1), 10 + 4),
+    "t_wtr": ([(0, "ACT", 0, 1), (3, "ACT", 4, 1), (7, "WR", 0, 1)], ("RD", 4, 1), 7 + 6),
+    "t_rrd_s": ([(0, "ACT", 0, 1)], ("ACT", 4, 1), 3),
+    "t_rrd_l": ([(0, "ACT", 0, 1)], ("ACT", 1, 1), 5),
+    "t_faw": ([(0, "ACT", 0, 1), (3, "ACT", 4, 1), (6, "ACT", 1, 1), (9, "ACT", 5, 1)],
+              ("ACT", 2, 1), 30),
 }
-UNITS = 8
 
 
 def golden_earliest(key: str, timing: Timing = T) -> int:
     issued, (kind, bank, _row), _ = CASES[key]
-    timer = BankTimer(UNITS, timing)
+    timer = BankTimer(UNITS, timing, bank_groups=GROUPS)
     for cycle, k, b, row in issued:
-        assert timer.earliest(KIND[k], [b]) <= cycle, (key, cycle, k)
-        timer.apply(KIND[k], [b], cycle, row)
-    return timer.earliest(KIND[kind], [bank])
+        assert timer.earliest(k, [b]) <= cycle, (key, cycle, k)
+        timer.apply(k, [b], cycle, row)
+    return timer.earliest(kind, [bank])
 
 
 def test_every_constraint_has_a_case():
@@ -56,8 +64,16 @@ def test_the_case_depends_on_its_constraint(key):
 
 
 def test_optional_constraints_leave_the_table_when_zero():
-    assert "t_faw" not in {c.key for c in constraints(dataclasses.replace(T, t_faw=0))}
-    assert [r["key"] for r in table(T)] == ["t_ras", "t_rp", "t_rcd", "t_ccd", "t_faw"]
+    off = dataclasses.replace(T, **dict.fromkeys(OPTIONAL_TIMING, 0))
+    assert [r["key"] for r in table(off)] == ["t_ras", "t_rp", "t_rcd", "t_ccd"]
+    assert [r["key"] for r in table(T)] == [r[0] for r in RULES]
+
+
+def test_opcodes_map_to_kinds():
+    assert [kind_of(op) for op in (Opcode.PRE, Opcode.ACT, Opcode.WR, Opcode.RD, Opcode.MAC)] \
+        == ["PRE", "ACT", "WR", "RD", "RD"]
+    with pytest.raises(ValueError, match="command kind 'COL'"):
+        kind_of("COL")
 
 
 def test_bad_constraints_are_refused():
@@ -65,5 +81,7 @@ def test_bad_constraints_are_refused():
         Constraint("t_x", "rank", ("ACT",), ("PRE",), 3)
     with pytest.raises(ValueError, match="command kind 'REF'"):
         Constraint("t_x", "bank", ("REF",), ("ACT",), 3)
+    with pytest.raises(ValueError, match="level 'rank'"):
+        Constraint("t_x", "rank", ("ACT",), ("ACT",), 3)
     with pytest.raises(ValueError, match="latency and window"):
         Constraint("t_x", "bank", ("ACT",), ("PRE",), 0)

@@ -23,21 +23,24 @@ def _bits(mask: int, n: int) -> list[int]:
     return [b for b in range(n) if mask >> b & 1]
 
 
-def play(units: int, rows: int, timing: Timing, commands, ref_timing: Timing | None = None):
-    """Issue ``commands`` ((touched mask, row, as_set, first cycle)) one
-    after another on the RTL, each action as soon as it is allowed; check
-    each against golden (at ``ref_timing``, by default the same); return
-    the (kind, banks, cycle) issued."""
-    dut = BankTiming(units, rows, timing)
-    ref = BankTimer(units, ref_timing or timing)
+def play(units: int, rows: int, timing: Timing, commands, ref_timing: Timing | None = None,
+         groups: int = 1):
+    """Issue ``commands`` ((touched mask, row, as_set, first cycle[, write]))
+    one after another on the RTL, each action as soon as it is allowed;
+    check each against golden (at ``ref_timing``, by default the same);
+    return the (kind, banks, cycle) issued."""
+    dut = BankTiming(units, rows, timing, bank_groups=groups)
+    ref = BankTimer(units, ref_timing or timing, bank_groups=groups)
     log = []
 
     async def bench(ctx):
         cycle = 0
-        for touched, row, as_set, start in commands:
+        for touched, row, as_set, start, *write in commands:
+            write = bool(write and write[0])
             ctx.set(dut.touched, touched)
             ctx.set(dut.row, row)
             ctx.set(dut.as_set, as_set)
+            ctx.set(dut.col_write, write)
             banks = _bits(touched, units)
             while cycle < start:
                 await ctx.tick()
@@ -51,13 +54,14 @@ def play(units: int, rows: int, timing: Timing, commands, ref_timing: Timing | N
                 kind, which = want if want else (Opcode.RD, banks)  # the column access
                 ok = ctx.get({Opcode.PRE: dut.pre_ok, Opcode.ACT: dut.act_ok}
                              .get(kind, dut.col_ok))
-                allowed = ref.earliest(kind, which) <= cycle
+                ref_kind = ("WR" if write else "RD") if kind == Opcode.RD else kind
+                allowed = ref.earliest(ref_kind, which) <= cycle
                 assert bool(ok) == allowed, (cycle, kind, which, ok)
                 ctx.set(dut.do_pre, ok and kind == Opcode.PRE)
                 ctx.set(dut.do_act, ok and kind == Opcode.ACT)
                 ctx.set(dut.do_col, ok and kind == Opcode.RD)
                 if ok:
-                    ref.apply(kind, which, cycle, row)
+                    ref.apply(ref_kind, which, cycle, row)
                     log.append((kind, which, cycle))
                 await ctx.tick()
                 cycle += 1
@@ -83,7 +87,8 @@ def random_commands(rng, units, rows, n, all_bank_share=0.4):
             touched, as_set = 1 << int(rng.integers(units)), False
         row = int(rng.integers(rows)) if rng.random() < 0.6 else 0  # many row hits
         start += int(rng.integers(0, 4))
-        out.append((touched, row, as_set, start))
+        write = not as_set and rng.random() < 0.4
+        out.append((touched, row, as_set, start, write))
     return out
 
 
@@ -95,6 +100,16 @@ def test_bank_timing_matches_golden(faw):
     kinds = [k for k, _, _ in log]
     assert kinds.count(Opcode.PRE) > 10 and kinds.count(Opcode.ACT) > 10  # misses happened
     assert kinds.count(Opcode.RD) == 120
+
+
+def test_every_rule_and_bank_groups_match_golden():
+    """Every optional rule on (tRC, tRTP, tWR, tWTR, tCCD_L, tRRD_S,
+    tRRD_L, tFAW), two bank groups, reads and writes: the RTL against
+    golden on random commands."""
+    rng = np.random.default_rng(11)
+    log = play(8, 8, timing_cases.T, random_commands(rng, 8, 8, 150, all_bank_share=0.2),
+               groups=timing_cases.GROUPS)
+    assert [k for k, _, _ in log].count(Opcode.RD) == 150
 
 
 def test_tfaw_holds_back_the_fifth_act():
@@ -130,8 +145,9 @@ def test_every_constraint_blocks_until_its_latency(key):
     RTL: the probe is refused one cycle before the constraint's earliest
     cycle and allowed at it (Ramulator 2.1's device-timing form)."""
     issued, (kind, bank, row), expect = timing_cases.CASES[key]
-    dut = BankTiming(timing_cases.UNITS, 8, timing_cases.T)
-    flag = {"PRE": dut.pre_ok, "ACT": dut.act_ok, "COL": dut.col_ok}
+    dut = BankTiming(timing_cases.UNITS, 8, timing_cases.T, bank_groups=timing_cases.GROUPS)
+    flag = {"PRE": dut.pre_ok, "ACT": dut.act_ok, "RD": dut.col_ok, "WR": dut.col_ok}
+    do = {"PRE": dut.do_pre, "ACT": dut.do_act, "RD": dut.do_col, "WR": dut.do_col}
     seen = {}
 
     async def bench(ctx):
@@ -139,6 +155,7 @@ def test_every_constraint_blocks_until_its_latency(key):
             ctx.set(dut.touched, 1 << b)
             ctx.set(dut.row, r)
             ctx.set(dut.as_set, 0)
+            ctx.set(dut.col_write, k == "WR")
             want = {"PRE": dut.pre_mask, "ACT": dut.act_mask}
             if k in want:
                 assert ctx.get(want[k]) == 1 << b, (k, b, r)
@@ -152,10 +169,10 @@ def test_every_constraint_blocks_until_its_latency(key):
                 cycle += 1
             present(k, b, r)
             assert ctx.get(flag[k]), (key, cycle, k)
-            ctx.set({"PRE": dut.do_pre, "ACT": dut.do_act, "COL": dut.do_col}[k], 1)
+            ctx.set(do[k], 1)
             await ctx.tick()
             cycle += 1
-            for s in (dut.do_pre, dut.do_act, dut.do_col):
+            for s in do.values():
                 ctx.set(s, 0)
         while cycle <= expect:
             present(kind, bank, row)
