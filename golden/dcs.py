@@ -108,18 +108,24 @@ class Tables:
 
 
 def table_bits(cfg) -> dict:
-    """Storage of the D-Table and S-Table of one controller, in bits.
+    """Storage of the D-Table and S-Table of one controller, in bits, as the
+    RTL holds them (``hw.dcs.Tables``; ``tests/test_hw_dcs.py`` checks the
+    two agree).
 
     Per GBuf and per OBuf entry: the D-Table keeps a valid bit and the ID of
-    the last decoded accessor; the S-Table the ID of the last issued one and
-    a completion down-counter (wide enough for the longest latency). OBuf
-    entries add the is-MAC flag and a tCCD counter."""
+    the last decoded accessor; the S-Table a valid bit, the ID of the last
+    issued one and a completion down-counter (wide enough for the longest
+    latency). OBuf entries add the is-MAC flag and a tCCD counter."""
     tm = cfg.timing
     id_bits = (CMD_ID_MOD - 1).bit_length()
-    counter = max(tm.t_wr_inp, tm.t_mac, tm.t_rd_out, 2).bit_length()
-    ccd = max(tm.t_ccd, 2).bit_length()
-    gbuf = cfg.gbuf_entries * ((1 + id_bits) + (id_bits + counter))
-    obuf = cfg.obuf_entries * ((1 + id_bits) + (id_bits + counter + 1 + ccd))
+
+    def down_counter(limit):  # hw.util.counter: holds limit - 1
+        return (max(limit, 2) - 1).bit_length()
+
+    counter = down_counter(max(tm.t_wr_inp, tm.t_mac, tm.t_rd_out))
+    gbuf = cfg.gbuf_entries * ((1 + id_bits) + (1 + id_bits + counter))
+    obuf = cfg.obuf_entries * ((1 + id_bits) + (1 + id_bits + counter + 1
+                                                + down_counter(tm.t_ccd)))
     return {"gbuf_entries": cfg.gbuf_entries, "obuf_entries": cfg.obuf_entries,
             "id_bits": id_bits, "bits": gbuf + obuf, "bytes": (gbuf + obuf + 7) // 8}
 
