@@ -1,4 +1,4 @@
-"""The PIM module scoreboard: the golden HUB (golden/hub.py) and golden
+"""The PIM module scoreboard: the golden HUB (golden/hub/) and golden
 channels on what the RTL did. One scoreboard for both ways the module is
 simulated: the cocotb testbench (tb/test_hub.py) and the standalone player
 (sim/fast.py ``run_hub``, toplevel ``hub_play`` in tb/hub_play.v.in).

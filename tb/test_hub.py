@@ -1,5 +1,5 @@
-"""cocotb tests of the PIM module (HUB + channels, ``hw/hub.py``) against
-the golden HUB (``golden/hub.py``).
+"""cocotb tests of the PIM module (HUB + channels, ``hw/hub/``) against
+the golden HUB (``golden/hub/``).
 
 Every host operation's response is compared with the golden model's; every
 command the multicast register loads is compared (cycle, command, mask)

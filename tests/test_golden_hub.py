@@ -1,4 +1,4 @@
-"""The DPA dispatcher in the golden model (golden/hub.py): programs, host
+"""The DPA dispatcher in the golden model (golden/hub/): programs, host
 protocol, faults, timing, the chunk allocator, and QK^T end to end."""
 
 import numpy as np
