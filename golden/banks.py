@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from golden.isa import Opcode
 from golden.streams import Command
-from golden.timing import COLUMN, KINDS, constraints
+from golden.timing import COLUMN, KINDS, bank_group_of, constraints
 
 
 def kind_of(op) -> str:
@@ -51,7 +51,7 @@ class BankTimer:
         self.n, self.tm, self.split = n_banks, timing, slice_rows
         self.every_column = ccd_every_column
         units = n_banks * (2 if slice_rows else 1)
-        self.group = [(u % n_banks) // (n_banks // bank_groups) for u in range(units)]
+        self.group = bank_group_of(units, n_banks, bank_groups)
         self.open_row: list[int | None] = [None] * units
         self.rules = constraints(timing)
         count = {"channel": 1, "bankgroup": bank_groups, "bank": units}

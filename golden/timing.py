@@ -82,6 +82,12 @@ def constraints(timing) -> tuple[Constraint, ...]:
     return tuple(out)
 
 
+def bank_group_of(units: int, banks: int, bank_groups: int) -> list[int]:
+    """The bank group of every row-buffer unit (unit ``u`` is bank
+    ``u % banks``; banks split evenly over the groups)."""
+    return [(u % banks) // (banks // bank_groups) for u in range(units)]
+
+
 def table(timing) -> list[dict]:
     """The table as rows for docs and JSON."""
     return [{"key": c.key, "level": c.level, "preceding": "/".join(c.preceding),

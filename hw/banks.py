@@ -1,11 +1,11 @@
 """Bank timing of a channel (specification: ``golden.banks.BankTimer``):
-open rows and the constraint table of ``golden.timing`` (tRAS / tRCD / tRP
-per bank, tCCD and tFAW per channel), shared by every controller of the
+open rows and the constraint table of ``golden.timing`` (per bank, per bank
+group and per channel), shared by every controller of the
 channel (``hw/channel.py``, ``hw/dcs.py``) and by the ALU channel
 (``hw/alu.py``).
 
 The counters are generated from the table: per constraint and level
-instance (the channel, or each unit) a down-counter loaded with
+instance (the channel, each bank group, or each unit) a down-counter loaded with
 ``latency - 1`` when a preceding command issues there, and met at zero (a
 windowed constraint keeps a chain of ``window`` counters, one per recent
 preceding command). The controller presents the command that may use the
@@ -22,7 +22,7 @@ from amaranth.lib.wiring import In, Out
 
 from golden.config import Timing
 from golden.isa import FIELDS
-from golden.timing import COLUMN, KINDS, constraints
+from golden.timing import COLUMN, KINDS, bank_group_of, constraints
 from hw.util import counter
 
 
@@ -75,8 +75,7 @@ class BankTiming(wiring.Component):
                  bank_groups: int = 1, banks: int | None = None):
         self.units, self.rows, self.timing = units, rows, timing
         self.ccd_every_column = ccd_every_column
-        banks = banks or units
-        self.group = [(u % banks) // (banks // bank_groups) for u in range(units)]
+        self.group = bank_group_of(units, banks or units, bank_groups)
         self.bank_groups = bank_groups
         super().__init__({
             "row": In(FIELDS["row"].width), "touched": In(units), "as_set": In(1),

@@ -48,6 +48,7 @@ class _Loop:
 
     def __init__(self, hub: HubConfig, pc_w):
         M = self.M = hub.max_modis
+        self.cols_log2 = log2(hub.channel.cols)
         self.open, self.header, self.body_instr, self.start_set = (
             Signal(name="in_loop"), Signal(name="header"), Signal(name="body_instr"),
             Signal(name="start_set"))
@@ -85,9 +86,14 @@ class _Loop:
                      self.mv.eq(0), self.start_set.eq(0), self.t_div.eq(cur.t_div),
                      self.tok.eq(0)]
 
-    def latch_modi(self, m, cur, target, cols_log2):
+    def target_of(self, cur):
+        """The absolute word a DYN-MODI ``cur`` targets."""
+        return self.body0 + cur.target
+
+    def latch_modi(self, m, cur):
         stride = cur.stride.as_signed()
-        scaled = Mux(cur.field_sel == ModiField.ROW, stride << cols_log2, stride)
+        scaled = Mux(cur.field_sel == ModiField.ROW, stride << self.cols_log2, stride)
+        target = self.target_of(cur)
         for j in range(self.M):
             with m.If(self.n_modis == j):
                 m.d.sync += [self.mv[j].eq(1), self.target[j].eq(target),
@@ -129,7 +135,6 @@ class Decoder(wiring.Component):
     def elaborate(self, platform):
         hub = self.hub
         s, R, O = Sizes(hub), hub.requests, hub.channel.obuf_entries
-        LC = log2(hub.channel.cols)
         m = Module()
         prog, lk, push = self.program, self.lookup, self.push
         cur = Decoded(m, prog.word)
@@ -201,7 +206,7 @@ class Decoder(wiring.Component):
                     with m.If(cur.is_[Opcode.DYN_LOOP]):
                         loop.open_at(m, pc, cur)
                     with m.Elif(cur.is_[Opcode.DYN_MODI]):
-                        loop.latch_modi(m, cur, loop.body0 + cur.target, LC)
+                        loop.latch_modi(m, cur)
                     with m.Else():
                         m.d.sync += loop.header.eq(0)
                         with m.If(loop.open & (pc != loop.end)):
@@ -259,7 +264,7 @@ class Decoder(wiring.Component):
                 m.d.comb += nxt.eq(pc + 1 + cur.body_len)
             m.d.comb += advance.eq(1)
         with m.Elif(cur.is_[Opcode.DYN_MODI]):
-            loop.latch_modi(m, cur, loop.body0 + cur.target, log2(self.hub.channel.cols))
+            loop.latch_modi(m, cur)
             m.d.comb += advance.eq(1)
         with m.Elif(seq.fault != 0):
             fault_request(seq.fault)
@@ -295,7 +300,7 @@ class Decoder(wiring.Component):
         v_err, v_code = Signal(name="v_err"), Signal(FAULT_BITS, name="v_code")
         eff_loop = Signal(name="eff_loop")
         m.d.comb += eff_loop.eq(loop.open & (pc != loop.end))
-        target_abs = loop.body0 + cur.target
+        target_abs = loop.target_of(cur)
         modi_bad_field = Signal(name="modi_bad_field")
         for j in range(M):
             bad_for_op = Const(1)

@@ -15,7 +15,7 @@ from amaranth.lib.wiring import In, Out
 
 from golden.config import HubConfig
 from golden.isa import WORD_BITS
-from hw.hub.ports import Sizes
+from hw.hub.ports import gpr_read_port, gpr_write_port
 
 
 class Gpr(wiring.Component):
@@ -34,9 +34,7 @@ class Gpr(wiring.Component):
 
     def __init__(self, hub: HubConfig):
         self.hub = hub
-        aw = Sizes(hub).gpr_addr_bits
-        rd = memory.ReadPort.Signature(addr_width=aw, shape=WORD_BITS)
-        wr = memory.WritePort.Signature(addr_width=aw, shape=WORD_BITS)
+        rd, wr = gpr_read_port(hub), gpr_write_port(hub)
         super().__init__({"beat_rd": Out(rd), "host_rd": Out(rd), "beat_wr": Out(wr),
                           "beat_busy": In(1), "host_wr": Out(wr)})
 

@@ -12,22 +12,23 @@ channel's checks loads the multicast register at once and is answered when
 it has drained."""
 
 from amaranth import Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from golden.config import HubConfig
 from golden.hub import STEP_MASK_BITS
-from golden.isa import INSTR_BITS, WORD_BITS, HostOp, HostStatus
+from golden.isa import HostOp, HostStatus
 from hw.controller import OpDecode, command_error
 from hw.hub.cbuf import ConfigBuffer
 from hw.hub.ports import (
     HostLayout,
     ResponseLayout,
-    Sizes,
     commit_signature,
     config_port,
     decoder_control,
-    log2_ceil,
+    gpr_read_port,
+    gpr_write_port,
+    program_write_port,
     raw_signature,
 )
 from hw.streams import CommandLayout
@@ -55,16 +56,13 @@ class HostInterface(wiring.Component):
 
     def __init__(self, hub: HubConfig):
         self.hub = hub
-        gaw = Sizes(hub).gpr_addr_bits
         super().__init__({
             "host": In(stream.Signature(HostLayout)),
             "rsp": Out(stream.Signature(ResponseLayout)),
-            "prog_write": In(memory.WritePort.Signature(addr_width=log2_ceil(hub.instr_depth),
-                                                        shape=INSTR_BITS)),
+            "prog_write": In(program_write_port(hub)),
             "prog_commit": Out(commit_signature(hub)),
             "config": Out(config_port(hub)),
-            "gpr_rd": In(memory.ReadPort.Signature(addr_width=gaw, shape=WORD_BITS)),
-            "gpr_wr": In(memory.WritePort.Signature(addr_width=gaw, shape=WORD_BITS)),
+            "gpr_rd": In(gpr_read_port(hub)), "gpr_wr": In(gpr_write_port(hub)),
             "decoder": Out(decoder_control(hub)),
             "raw": Out(raw_signature(hub.n_channels)),
             "drained": In(1),

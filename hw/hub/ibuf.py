@@ -13,7 +13,7 @@ from amaranth.lib.wiring import In, Out
 
 from golden.config import HubConfig
 from golden.isa import INSTR_BITS
-from hw.hub.ports import FAULT_BITS, commit_signature, log2_ceil, program_port
+from hw.hub.ports import FAULT_BITS, commit_signature, program_port, program_write_port
 
 
 class InstructionBuffer(wiring.Component):
@@ -30,8 +30,7 @@ class InstructionBuffer(wiring.Component):
     def __init__(self, hub: HubConfig):
         self.hub = hub
         super().__init__({
-            "write": Out(memory.WritePort.Signature(addr_width=log2_ceil(hub.instr_depth),
-                                                    shape=INSTR_BITS)),
+            "write": Out(program_write_port(hub)),
             "commit": In(commit_signature(hub)),
             "program": In(program_port(hub)),
         })

@@ -12,13 +12,13 @@ whether it is dropped (the fault drain). Beats return to the GPR one per
 cycle, lowest channel first."""
 
 from amaranth import Cat, Const, Module, Mux, Signal
-from amaranth.lib import fifo, memory, stream, wiring
+from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from golden.config import HubConfig
 from golden.isa import WORD_BITS
 from hw.controller import OpDecode
-from hw.hub.ports import Sizes, entry_layout, raw_signature
+from hw.hub.ports import entry_layout, gpr_read_port, gpr_write_port, raw_signature
 from hw.streams import CommandLayout
 
 
@@ -46,15 +46,13 @@ class Multicast(wiring.Component):
     def __init__(self, hub: HubConfig):
         self.hub = hub
         n, entry = hub.n_channels, entry_layout(hub.n_channels)
-        aw = Sizes(hub).gpr_addr_bits
         super().__init__({
             "entry": In(stream.Signature(entry)),
             "raw": In(raw_signature(n)),
             "cmd": Out(stream.Signature(CommandLayout)).array(n),
             "wdata": Out(stream.Signature(WORD_BITS)).array(n),
             "rdata": In(stream.Signature(WORD_BITS)).array(n),
-            "gpr_rd": In(memory.ReadPort.Signature(addr_width=aw, shape=WORD_BITS)),
-            "gpr_wr": In(memory.WritePort.Signature(addr_width=aw, shape=WORD_BITS)),
+            "gpr_rd": In(gpr_read_port(hub)), "gpr_wr": In(gpr_write_port(hub)),
             "gpr_wr_busy": Out(1),
             "busy": Out(1), "pending": Out(1),
             "loaded": Out(1), "held": Out(entry),

@@ -4,7 +4,7 @@ the instruction buffer and the configuration buffer. Every width comes
 from the encoding table (``golden.isa``) or the configuration."""
 
 from amaranth import signed
-from amaranth.lib import data, wiring
+from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from golden.config import HubConfig
@@ -118,3 +118,18 @@ def raw_signature(n_channels: int) -> wiring.Signature:
     """A host RAW command for the multicast register, loaded in the cycle it
     is valid (the host interface sends it only while the register is empty)."""
     return wiring.Signature({"valid": Out(1), "payload": Out(entry_layout(n_channels))})
+
+
+def gpr_read_port(hub: HubConfig) -> wiring.Signature:
+    """A read port of the GPR (the GPR's side, ``memory.ReadPort``'s)."""
+    return memory.ReadPort.Signature(addr_width=Sizes(hub).gpr_addr_bits, shape=WORD_BITS)
+
+
+def gpr_write_port(hub: HubConfig) -> wiring.Signature:
+    """A write port of the GPR (the GPR's side, ``memory.WritePort``'s)."""
+    return memory.WritePort.Signature(addr_width=Sizes(hub).gpr_addr_bits, shape=WORD_BITS)
+
+
+def program_write_port(hub: HubConfig) -> wiring.Signature:
+    """PROG-WRITE into the instruction buffer (the buffer's side)."""
+    return memory.WritePort.Signature(addr_width=log2_ceil(hub.instr_depth), shape=INSTR_BITS)
