@@ -36,6 +36,7 @@ from sim.generate import (
     hub_play_source,
     icarus_source,
     kind,
+    play_cmd_bytes,
     testbench_source,
 )
 from sim.tools import COCOTB_MAKEFLAGS, VERILATOR_WAIVERS, ToolError, require_simulator
@@ -125,8 +126,10 @@ def _hex_lines(values) -> str:
 
 def write_loads(config: ChannelConfig | AluConfig, loads: list[Load], run_dir: Path,
                 slice_rows: int = 0) -> None:
-    """Write the loads' files (parameters, commands, beats) into ``run_dir``."""
+    """Write the loads' files into ``run_dir``: parameters (hex words),
+    commands and beats (binary, big-endian, as pim_tb's $fread takes them)."""
     checker = scoreboard.model_for(config, slice_rows)
+    cmd_bytes = play_cmd_bytes(config)
     for k, ld in enumerate(loads):
         if len(ld.commands) > PLAY_MAX or len(ld.wdata) > PLAY_MAX:
             raise ValueError(f"the player holds {PLAY_MAX} commands and beats per load; "
@@ -141,9 +144,24 @@ def write_loads(config: ChannelConfig | AluConfig, loads: list[Load], run_dir: P
                scoreboard.cycle_limit(config, len(ld.commands), ld.idle, ld.backpressure,
                                       hold_until)]
         (run_dir / f"play_par_{k}.hex").write_text(_hex_lines(par))
-        (run_dir / f"play_cmds_{k}.hex").write_text(
-            _hex_lines(c if isinstance(c, int) else c.pack() for c in ld.commands))
-        (run_dir / f"play_wdata_{k}.hex").write_text(_hex_lines(ld.wdata))
+        (run_dir / f"play_cmds_{k}.bin").write_bytes(b"".join(
+            (c if isinstance(c, int) else c.pack()).to_bytes(cmd_bytes, "big")
+            for c in ld.commands))
+        (run_dir / f"play_wdata_{k}.bin").write_bytes(b"".join(
+            w.to_bytes(32, "big") for w in ld.wdata))
+
+
+def read_load(config: ChannelConfig | AluConfig, run_dir: Path, k: int):
+    """Load ``k`` of ``run_dir`` as write_loads wrote it: (parameter words,
+    command words, write beats)."""
+    run_dir = Path(run_dir)
+    par = [int(x, 16) for x in (run_dir / f"play_par_{k}.hex").read_text().split()]
+    n = play_cmd_bytes(config)
+    raw = (run_dir / f"play_cmds_{k}.bin").read_bytes()
+    words = [int.from_bytes(raw[i:i + n], "big") for i in range(0, len(raw), n)]
+    raw = (run_dir / f"play_wdata_{k}.bin").read_bytes()
+    beats = [int.from_bytes(raw[i:i + 32], "big") for i in range(0, len(raw), 32)]
+    return par, words, beats
 
 
 def collect(run_dir: Path, n_loads: int, what: str = "the simulator") -> list[Observed]:
@@ -157,7 +175,7 @@ def collect(run_dir: Path, n_loads: int, what: str = "the simulator") -> list[Ob
             raise ScoreboardError(f"player: load {k} not done after its cycle limit "
                                   f"(cycle {rest[0]}); record in "
                                   f"{run_dir / f'play_record_{k}.txt'}")
-        obs = scoreboard.read_record(run_dir / f"play_record_{k}.txt")
+        obs = scoreboard.read_record(run_dir, int(k))
         obs.status = scoreboard.status_tuple(int(rest[0], 16))
         obs.cycles = int(rest[1])
         out.append(obs)
@@ -227,6 +245,33 @@ def run_under_cocotb(sim: str, config: ChannelConfig, loads: list[Load], run_dir
                               f"{results[0].message if results else 'no result'}; "
                               f"see {test_dir / 'sim.log'}")
     return collect(test_dir, len(loads), what="cocotb"), results[0].wall_s
+
+
+def run_cocotb_driver(sim: str, config: ChannelConfig, loads: list[Load],
+                      run_dir: Path) -> tuple[dict, float]:
+    """The first load through the cocotb testbench's per-cycle Python driver
+    (tb/test_channel.py ``driver_loads``: tb/bench.py ChannelTB, as the
+    long tests ran before the standalone player), with the load's idle and
+    backpressure probabilities but Python's own random patterns (so its
+    cycle count differs a little). The test checks the run against golden;
+    returns its metrics (commands, cycles, ...) and wall time (make bench)."""
+    from sim import runner
+
+    run_dir = Path(run_dir)
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    (run_dir / "loads").mkdir(parents=True)
+    write_loads(config, loads[:1], run_dir / "loads")
+    env = {"PIMORCH_PLAY_DIR": str((run_dir / "loads").resolve())}
+    results, test_dir = runner.run(sim, ["driver_loads"], config=config, extra_env=env,
+                                   run_name=f"driver-{run_dir.name}")
+    if not results or not results[0].passed:
+        raise ScoreboardError(f"cocotb driver_loads failed: "
+                              f"{results[0].message if results else 'no result'}; "
+                              f"see {test_dir / 'sim.log'}")
+    import json
+
+    return json.loads((test_dir / "metrics.json").read_text()), results[0].wall_s
 
 
 def run_hub(sim: str, config: HubConfig, calls: list, run_dir: Path,

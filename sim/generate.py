@@ -12,6 +12,7 @@ from pathlib import Path
 
 from golden.alu import AluConfig
 from golden.config import ChannelConfig, HubConfig, load_profile, small_config, small_hub_config
+from tb.scoreboard import PLAY_ADDR_BITS, PLAY_MAX  # noqa: F401 (sim.fast imports PLAY_MAX here)
 
 TOPLEVEL = "pim_channel"  # the channel's Verilog module
 HUB_TOPLEVEL = "pim_module"  # the HUB and its channels (cocotb toplevel of tb/test_hub.py)
@@ -20,8 +21,6 @@ TB_TOPLEVEL = "pim_tb"  # the cocotb toplevel: the channel plus the stimulus pla
 TB_TEMPLATE = Path(__file__).resolve().parent.parent / "tb" / "pim_tb.v.in"
 HUB_PLAY_TEMPLATE = TB_TEMPLATE.with_name("hub_play.v.in")  # the PIM module's standalone player
 HUB_PLAY_TOPLEVEL = "hub_play"
-PLAY_ADDR_BITS = 18  # the player holds up to 2**18 commands and write beats per load
-PLAY_MAX = 1 << PLAY_ADDR_BITS
 BUILD = Path("build")
 
 
@@ -93,6 +92,7 @@ def testbench_source(channel: Path, config: ChannelConfig | AluConfig | None = N
     text = TB_TEMPLATE.read_text().replace("@DUT@", ALU_TOPLEVEL if alu else TOPLEVEL)
     for key, fields in widths.items():
         text = text.replace(f"@{key}@", str(sum(layout_widths(fields).values())))
+    text = text.replace("@CMD_BYTES@", str(play_cmd_bytes(config)))
     text = text.replace("@PLAY_ADDR_BITS@", str(PLAY_ADDR_BITS))
     text = text.replace("@ROW_W@", str(FIELDS["row"].width))
     offsets = list(layout_widths(TRACE_FIELDS).items())
@@ -113,6 +113,15 @@ def testbench_source(channel: Path, config: ChannelConfig | AluConfig | None = N
         tmp.write_text(text)
         tmp.replace(out)
     return out
+
+
+def play_cmd_bytes(config: ChannelConfig | AluConfig | None) -> int:
+    """Bytes per command in the player's binary command file (pim_tb's
+    $fread: big-endian, the command word's width rounded up to bytes)."""
+    from golden.isa import ALU_COMMAND_FIELDS, COMMAND_FIELDS, layout_widths
+
+    fields = ALU_COMMAND_FIELDS if isinstance(config, AluConfig) else COMMAND_FIELDS
+    return (sum(layout_widths(fields).values()) + 7) // 8
 
 
 def hub_play_source(module: Path, config: HubConfig) -> Path:

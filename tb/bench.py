@@ -62,7 +62,8 @@ class ChannelTB:
         Clock(dut.clk, CLOCK_NS, unit="ns").start()
         for name in ("cmd__valid", "wdata__valid", "rdata__ready", "err_clear", "play", "load",
                      "load_index", "n_cmd", "n_wdata", "n_rdata", "n_trace", "idle_level",
-                     "stall_level", "lfsr_seed", "hold_beat", "hold_until", "quiet_cycles"):
+                     "stall_level", "lfsr_seed", "hold_beat", "hold_until", "quiet_cycles",
+                     "flush"):
             getattr(dut, name).value = 0
         dut.slice_rows.value = self.config.slice_rows
         dut.cmd__payload.value = 0

@@ -115,29 +115,57 @@ def trace_tuple(word: int) -> tuple[int, int, int]:
     return (word >> s_id) & m_id, (word >> s_op) & m_op, (word >> s_cy) & m_cy
 
 
-def read_record(path: Path | str, obs: Observed | None = None) -> Observed:
-    """The player's record (tb/pim_tb.v.in) as an Observed (status and
-    cycles are not in it)."""
+#: The player holds up to 2**PLAY_ADDR_BITS commands and write beats per
+#: load (tb/pim_tb.v.in, tb/hub_play.v.in: its host calls).
+PLAY_ADDR_BITS = 18
+PLAY_MAX = 1 << PLAY_ADDR_BITS
+
+#: Entries each array of the player's record holds (tb/pim_tb.v.in: the
+#: command, write-beat and read-beat arrays have one entry per command a
+#: load can hold, the trace four).
+RECORD_CAPACITY = {"cmd": PLAY_MAX, "wdata": PLAY_MAX, "rdata": PLAY_MAX, "trace": 4 * PLAY_MAX}
+
+
+def _hex_words(path: Path) -> list[int]:
+    """The values of a $writememh file (Icarus adds // address comments)."""
+    if not path.is_file():
+        return []
+    return [int(line, 16) for line in path.read_text().splitlines()
+            if line and not line.startswith("//")]
+
+
+def read_record(run_dir: Path | str, k: int, obs: Observed | None = None) -> Observed:
+    """Load ``k``'s record from the player (tb/pim_tb.v.in: the counts in
+    play_record_<k>.txt, one $writememh file per array) as an Observed
+    (status and cycles are not in it). Raises ScoreboardError when a file
+    is missing or short, or an array overflowed."""
+    run_dir = Path(run_dir)
     obs = obs or Observed()
+    head = run_dir / f"play_record_{k}.txt"
+    try:
+        tag, *counts = head.read_text().split()
+        counts = dict(zip(RECORD_CAPACITY, map(int, counts), strict=True))
+        if tag != "N":
+            raise ValueError(tag)
+    except (OSError, ValueError) as exc:
+        raise ScoreboardError(f"{head}: no record counts ({exc})") from None
+    values = {}
+    for name, n in counts.items():
+        if n > RECORD_CAPACITY[name]:
+            raise ScoreboardError(f"{head}: {n} {name} entries, more than the player's "
+                                  f"{RECORD_CAPACITY[name]}; split the stream into more loads")
+        path = run_dir / f"play_record_{k}_{name}.hex"
+        values[name] = _hex_words(path)
+        if len(values[name]) != n:
+            raise ScoreboardError(f"{path}: {len(values[name])} entries, the count says {n}")
     (s_id, m_id), (s_op, m_op), (s_cy, m_cy) = _TRACE
-    trace, cmds, beats = obs.trace, obs.cmd_arrivals, obs.wdata_arrivals
-    with open(path) as f:
-        for line in f:
-            kind = line[0]
-            if kind == "T":
-                word = int(line[2:], 16)
-                trace.append(((word >> s_id) & m_id, (word >> s_op) & m_op,
-                              (word >> s_cy) & m_cy))
-            elif kind == "C":
-                cmds.append(int(line[2:]))
-            elif kind == "W":
-                beats.append(int(line[2:]))
-            elif kind == "R":
-                cycle, word = line[2:].split()
-                obs.rdata_pops.append(int(cycle))
-                obs.rdata.append(int(word, 16))
-            else:
-                raise ScoreboardError(f"{path}: unknown record line {line.strip()!r}")
+    obs.trace.extend(((w >> s_id) & m_id, (w >> s_op) & m_op, (w >> s_cy) & m_cy)
+                     for w in values["trace"])
+    obs.cmd_arrivals.extend(values["cmd"])
+    obs.wdata_arrivals.extend(values["wdata"])
+    mask = (1 << 256) - 1
+    obs.rdata_pops.extend(w >> 256 for w in values["rdata"])
+    obs.rdata.extend(w & mask for w in values["rdata"])
     return obs
 
 

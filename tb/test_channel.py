@@ -20,7 +20,7 @@ from tb.stimulus import random_stream, random_word
 
 #: Tests for one controller policy only; the others run under every policy.
 ONLY = {"dcs_hazards": ("dcs",), "dcs_out_of_order_waveform": ("dcs",),
-        "player_loads": ()}  # run by name only (make bench, tests/test_fast.py)
+        "player_loads": (), "driver_loads": ()}  # by name only (make bench, tests/test_fast.py)
 
 
 @cocotb.test()
@@ -159,7 +159,8 @@ async def player_loads(dut):
     PIMORCH_PLAY_DIR) played from cocotb instead of pim_play's sequencer:
     the same flow-control generators, so the same records and cycles, with
     the cocotb runner's costs (VPI, public signals, Python at every load).
-    Leaves play_record_<k>.txt and play_summary.txt in the run folder."""
+    Leaves each load's record (play_record_<k>*) and play_summary.txt in the
+    run folder."""
     import shutil
     from pathlib import Path
 
@@ -172,7 +173,7 @@ async def player_loads(dut):
     loads = int(os.environ.get("PIMORCH_PLAY_LOADS", "1"))
     Clock(dut.clk, CLOCK_NS, unit="ns").start()
     for name in ("cmd__valid", "wdata__valid", "rdata__ready", "err_clear", "cmd__payload",
-                 "wdata__payload"):
+                 "wdata__payload", "flush"):
         getattr(dut, name).value = 0
     dut.slice_rows.value = int(os.environ.get("PIMORCH_PLAY_SLICE_ROWS", "0"))
     names = ("n_cmd", "n_wdata", "n_rdata", "n_trace", "idle_level", "stall_level",
@@ -180,7 +181,7 @@ async def player_loads(dut):
     with open("play_summary.txt", "w") as summary:
         for k in range(loads):
             for kind in ("cmds", "wdata"):
-                shutil.copy(folder / f"play_{kind}_{k}.hex", f"play_{kind}_{k}.hex")
+                shutil.copy(folder / f"play_{kind}_{k}.bin", f"play_{kind}_{k}.bin")
             par = [int(x, 16) for x in (folder / f"play_par_{k}.hex").read_text().split()]
             dut.play.value = 0
             dut.rst.value = 1
@@ -194,9 +195,34 @@ async def player_loads(dut):
             dut.play.value = 1
             done = RisingEdge(dut.done)
             if await First(done, Timer(par[10] * CLOCK_NS, unit="ns")) is not done:
+                await FallingEdge(dut.clk)
                 summary.write(f"X {k} {dut.cycle.value.to_unsigned()}\n")
+                dut.flush.value = 1  # pim_tb writes the record at the next edge
+                await RisingEdge(dut.clk)
+                await FallingEdge(dut.clk)
                 return
             await FallingEdge(dut.clk)
             summary.write(f"D {k} {dut.status.value.to_unsigned():x} "
                           f"{dut.cycle.value.to_unsigned()}\n")
-            await RisingEdge(dut.clk)
+            await RisingEdge(dut.clk)  # pim_tb writes the record here
+            await FallingEdge(dut.clk)
+
+
+@cocotb.test()
+async def driver_loads(dut):
+    """Load 0 of PIMORCH_PLAY_DIR (sim.fast.write_loads) through the per-cycle
+    Python driver (ChannelTB), with the load's idle and backpressure
+    probabilities: the cocotb way of running a long stream, timed against
+    the standalone player on the same stream by make bench."""
+    from pathlib import Path
+
+    from sim.fast import read_load
+    from tb.bench import config_from_env
+
+    config = config_from_env()
+    par, words, wdata = read_load(config, Path(os.environ["PIMORCH_PLAY_DIR"]), 0)
+    cmds = [Command.unpack(w) for w in words]
+    tb = ChannelTB(dut, config, idle=par[4] / 65536, backpressure=par[5] / 65536)
+    await tb.start()
+    obs = await tb.run(cmds, wdata)
+    tb.check(cmds, wdata, obs)
