@@ -120,6 +120,38 @@ def test_hung_load_is_reported(tmp_path, monkeypatch):
     monkeypatch.setattr(scoreboard, "cycle_limit", lambda *a, **k: 5000)
     with pytest.raises(scoreboard.ScoreboardError, match="load 0 not done"):
         _small_run("verilator", tmp_path, n=50)
+    # the hung load's record is written too (pim_tb's flush), whole
+    obs = scoreboard.read_record(tmp_path / "run", 0)
+    assert len(obs.cmd_arrivals) == 50 and obs.trace and obs.rdata
+
+
+@pytest.mark.parametrize("sim", SIMS)
+def test_record_files_are_checked(sim, tmp_path):
+    """The record's counts must match its files: a file cut short, or a
+    count past what the player's arrays hold, is an error naming the file."""
+    _small_run(sim, tmp_path)
+    run = tmp_path / "run"
+    head = (run / "play_record_0.txt").read_text().split()
+    assert head[0] == "N" and int(head[1]) == 300
+    trace = run / "play_record_0_trace.hex"
+    lines = trace.read_text().splitlines()
+    trace.write_text("\n".join(lines[:-1]) + "\n")
+    with pytest.raises(scoreboard.ScoreboardError, match="play_record_0_trace.hex: .* the count"):
+        fast.collect(run, 1)
+    (run / "play_record_0.txt").write_text(f"N 300 {head[2]} {head[3]} {4 * fast.PLAY_MAX + 1}\n")
+    with pytest.raises(scoreboard.ScoreboardError, match="more than the player's"):
+        fast.collect(run, 1)
+
+
+def test_cocotb_driver_runs_the_load_files(tmp_path):
+    """make bench's per-cycle cocotb path (tb/test_channel.py driver_loads)
+    runs the player's load files, checked against golden inside the test,
+    with the load's idle and backpressure (a cycle count near the
+    standalone player's)."""
+    cfg, loads, (obs,) = _small_run("icarus", tmp_path, n=200)
+    metrics, wall = fast.run_cocotb_driver("icarus", cfg, loads, tmp_path / "driver")
+    assert metrics["commands"] == 200 and wall > 0
+    assert 0.8 * obs.cycles < metrics["cycles"] < 1.25 * obs.cycles
 
 
 def test_seed_replays_a_run():

@@ -26,6 +26,48 @@ def test_sixteen_banks_by_sixteen_lanes_elaborates_and_lints_clean():
     assert result.returncode == 0, result.stderr[-3000:]
 
 
+def test_zero_memories_become_loops_and_other_contents_stay():
+    """sim/generate.py keeps all-zero memory contents out of the RTLIL (a
+    depth of 4,096 x 256 bits is 1 Mbit of zeros there, the profiles' banks
+    4 Gbit) and gives
+    each such memory a zero loop in the Verilog; a memory with contents
+    keeps them."""
+    import re
+
+    from amaranth import Module
+    from amaranth.back import rtlil, verilog
+    from amaranth.lib import memory, wiring
+    from amaranth.lib.wiring import In, Out
+
+    from sim.generate import _zero_inits_unwritten, zero_init_loops
+
+    class Mems(wiring.Component):
+        addr: In(16)
+        zero: Out(256)
+        rom: Out(8)
+
+        def elaborate(self, platform):
+            m = Module()
+            m.submodules.big = big = memory.Memory(shape=256, depth=1 << 12, init=[])
+            m.submodules.lut = lut = memory.Memory(shape=8, depth=4, init=[5, 0, 7, 9])
+            rb, rt = big.read_port(), lut.read_port()
+            m.d.comb += [rb.addr.eq(self.addr), rt.addr.eq(self.addr[:2]),
+                         self.zero.eq(rb.data), self.rom.eq(rt.data)]
+            return m
+
+    with _zero_inits_unwritten():
+        text = rtlil.convert(Mems(), name="mems")
+        v = zero_init_loops(verilog.convert(Mems(), name="mems", emit_src=False))
+    assert text.count("$meminit_v2") == 1  # the lookup table's only
+    assert len(text) < 100_000  # the big memory's 1 Mbit of zeros is not in it
+    assert re.search(r"reg \[255:0\] big\s*\[4095:0\];\n\s*integer pimorch_zero_fill_0;\n"
+                     r"\s*initial for \(pimorch_zero_fill_0 = 0; pimorch_zero_fill_0 <= 4095;", v)
+    assert "lut[2] = 8'h07" in v and "pimorch_zero_fill_1" not in v
+    from amaranth.back import rtlil as again
+
+    assert len(again.convert(Mems(), name="mems")) > 1_000_000  # outside, zeros bit by bit
+
+
 def test_module_with_three_channels_and_odd_tables_elaborates_and_lints_clean():
     """The PIM module at a shape the cocotb tests do not build: 3 channels,
     3 requests, 3 VA2PA entries per request (register arrays padded to 4)."""
