@@ -223,28 +223,35 @@ def run(sim: str, config: ChannelConfig | AluConfig, loads: list[Load], run_dir:
     return out
 
 
+def _cocotb_loads(sim: str, config: ChannelConfig, loads: list[Load], run_dir: Path, test: str,
+                  slice_rows: int = 0):
+    """Write ``loads`` into ``run_dir``/loads and run the cocotb ``test`` on
+    them (tb/test_channel.py); its run folder. Raises ScoreboardError when
+    the test fails."""
+    from sim import runner
+
+    run_dir = _fresh(run_dir)
+    (run_dir / "loads").mkdir()
+    write_loads(config, loads, run_dir / "loads", slice_rows)
+    env = {"PIMORCH_PLAY_DIR": str((run_dir / "loads").resolve()),
+           "PIMORCH_PLAY_LOADS": str(len(loads)), "PIMORCH_PLAY_SLICE_ROWS": str(slice_rows)}
+    results, test_dir = runner.run(sim, [test], config=config, extra_env=env,
+                                   run_name=f"{test.split('_')[0]}-{run_dir.name}")
+    if not results or not results[0].passed:
+        raise ScoreboardError(f"cocotb {test} failed: "
+                              f"{results[0].message if results else 'no result'}; "
+                              f"see {test_dir / 'sim.log'}")
+    return test_dir, results[0].wall_s
+
+
 def run_under_cocotb(sim: str, config: ChannelConfig, loads: list[Load], run_dir: Path,
                      slice_rows: int = 0) -> tuple[list[Observed], float]:
     """The same loads through the cocotb runner (tb/test_channel.py
     ``player_loads``: cocotb drives the player in pim_tb, as the long tests
     did before the standalone toplevel). Returns the records and the
     test's wall time as cocotb reports it (for make bench)."""
-    from sim import runner
-
-    run_dir = Path(run_dir)
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
-    (run_dir / "loads").mkdir(parents=True)
-    write_loads(config, loads, run_dir / "loads", slice_rows)
-    env = {"PIMORCH_PLAY_DIR": str((run_dir / "loads").resolve()),
-           "PIMORCH_PLAY_LOADS": str(len(loads)), "PIMORCH_PLAY_SLICE_ROWS": str(slice_rows)}
-    results, test_dir = runner.run(sim, ["player_loads"], config=config, extra_env=env,
-                                   run_name=f"player-{run_dir.name}")
-    if not results or not results[0].passed:
-        raise ScoreboardError(f"cocotb player_loads failed: "
-                              f"{results[0].message if results else 'no result'}; "
-                              f"see {test_dir / 'sim.log'}")
-    return collect(test_dir, len(loads), what="cocotb"), results[0].wall_s
+    test_dir, wall = _cocotb_loads(sim, config, loads, run_dir, "player_loads", slice_rows)
+    return collect(test_dir, len(loads), what="cocotb"), wall
 
 
 def run_cocotb_driver(sim: str, config: ChannelConfig, loads: list[Load],
@@ -255,23 +262,10 @@ def run_cocotb_driver(sim: str, config: ChannelConfig, loads: list[Load],
     backpressure probabilities but Python's own random patterns (so its
     cycle count differs a little). The test checks the run against golden;
     returns its metrics (commands, cycles, ...) and wall time (make bench)."""
-    from sim import runner
-
-    run_dir = Path(run_dir)
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
-    (run_dir / "loads").mkdir(parents=True)
-    write_loads(config, loads[:1], run_dir / "loads")
-    env = {"PIMORCH_PLAY_DIR": str((run_dir / "loads").resolve())}
-    results, test_dir = runner.run(sim, ["driver_loads"], config=config, extra_env=env,
-                                   run_name=f"driver-{run_dir.name}")
-    if not results or not results[0].passed:
-        raise ScoreboardError(f"cocotb driver_loads failed: "
-                              f"{results[0].message if results else 'no result'}; "
-                              f"see {test_dir / 'sim.log'}")
     import json
 
-    return json.loads((test_dir / "metrics.json").read_text()), results[0].wall_s
+    test_dir, wall = _cocotb_loads(sim, config, loads[:1], run_dir, "driver_loads")
+    return json.loads((test_dir / "metrics.json").read_text()), wall
 
 
 def run_hub(sim: str, config: HubConfig, calls: list, run_dir: Path,

@@ -210,15 +210,19 @@ def zero_init_loops(text: str) -> str:
 
     def loop(m: re.Match) -> str:
         nonlocal count
-        i = f"pimorch_zero_fill_{count}"
         count += 1
-        ind, name, width = m["ind"], m["name"], int(m["msb"]) + 1
-        return (f"{ind}reg [{m['msb']}:0] {name}[{m['top']}:0];\n"
-                f"{ind}integer {i};\n"
-                f"{ind}initial for ({i} = 0; {i} <= {m['top']}; {i} = {i} + 1) "
-                f"{name}[{i}] = {width}'d0;\n")
+        return _zero_loop(m, f"pimorch_zero_fill_{count - 1}")
 
     return _MEMORY.sub(loop, text)
+
+
+def _zero_loop(m: re.Match, i: str) -> str:
+    """The memory declared in ``m`` with all-zero contents, as a loop over ``i``."""
+    ind, name, width = m["ind"], m["name"], int(m["msb"]) + 1
+    return (f"{ind}reg [{m['msb']}:0] {name}[{m['top']}:0];\n"
+            f"{ind}integer {i};\n"
+            f"{ind}initial for ({i} = 0; {i} <= {m['top']}; {i} = {i} + 1) "
+            f"{name}[{i}] = {width}'d0;\n")
 
 
 _ZERO_INIT = re.compile(
@@ -240,13 +244,8 @@ def compact_zero_init(text: str) -> str:
         words = m[0].count("'h")
         if words != int(m["top"]) + 1:
             return m[0]
-        i = f"pimorch_zero_init_{count}"
         count += 1
-        ind, name, width = m["ind"], m["name"], int(m["msb"]) + 1
-        return (f"{ind}reg [{m['msb']}:0] {name}[{m['top']}:0];\n"
-                f"{ind}integer {i};\n"
-                f"{ind}initial for ({i} = 0; {i} <= {m['top']}; {i} = {i} + 1) "
-                f"{name}[{i}] = {width}'d0;\n")
+        return _zero_loop(m, f"pimorch_zero_init_{count - 1}")
 
     return _ZERO_INIT.sub(loop, text)
 
