@@ -24,9 +24,26 @@ Controller (one command-bus slot per cycle, strictly in order)
       ACT: ``>= t_pre + tRP`` for each bank it opens.
       MAC/RD/WR: ``>= t_act + tRCD`` for each bank they touch and
       ``>= last MAC/RD/WR + tCCD``.
-    * static gaps: every action waits ``gap(kind)`` after the previous
-      action (``Timing.gap``: t_wr_inp, t_mac, t_rd_out, tCCD for RD/WR,
-      1 for PRE/ACT).
+    * execution-time gaps between dependent commands (PIMphony's static
+      controller): the controller knows command kinds, not buffer entries,
+      so it treats two commands that touch the same buffer as dependent and
+      waits for the earlier one's access to complete, with the completion
+      times DCS uses per entry (``golden.dcs``):
+
+      ==========  =========================================  ================
+      buffer      the last access there                      completes
+      ==========  =========================================  ================
+      GBuf        WR-INP (next WR-INP or MAC waits)          ``c + t_wr_inp``
+      OBuf        MAC (next RD-OUT waits; a MAC only tCCD)   ``c + t_mac``
+      OBuf        RD-OUT (next MAC or RD-OUT waits)          ``c + t_rd_out``
+      ==========  =========================================  ================
+
+      A MAC's GBuf read completes the cycle it issues, so a WR-INP may
+      follow it at once; RD/WR, PRE and ACT wait only for the device rules.
+    * ping-pong: each buffer is two halves (entries below and above the
+      middle), and the gaps apply per half: commands on different halves
+      overlap. A MAC on other halves than the previous MAC (the hand-off)
+      waits until every access in both halves has completed.
     * WR-INP and WR wait for their write-data beat; RD and RD-OUT for a credit.
 
 Bad commands
@@ -229,28 +246,27 @@ class ChannelModel:
             t = max(t, streams.take_wdata()[0])
         return t
 
-    def _halves(self, op: Opcode, cmd: Command) -> tuple[int, ...]:
-        """Buffer halves a command occupies under ping-pong (static: one)."""
+    def _halves(self, cmd: Command) -> tuple[int, int]:
+        """(GBuf half, OBuf half) of a command: its entries' halves under
+        ping-pong, (0, 0) under static (one region, the whole buffer)."""
         cfg = self.config
-        if cfg.policy == "static" or op in (Opcode.RD, Opcode.WR, Opcode.ACT_AHEAD):
-            return (0, 1)  # static: the whole buffer; RD/WR/ACT-AHEAD: a fence
-        halves = set()
-        if op in (Opcode.WR_INP, Opcode.MAC):
-            halves.add(int(cmd.gbuf_idx >= cfg.gbuf_entries // 2))
-        if op in (Opcode.MAC, Opcode.RD_OUT):
-            halves.add(int(cmd.out_idx >= cfg.obuf_entries // 2))
-        return tuple(sorted(halves))
+        if cfg.policy == "static":
+            return 0, 0
+        return int(cmd.gbuf_idx >= cfg.gbuf_entries // 2), int(cmd.out_idx >= cfg.obuf_entries // 2)
 
     def _run_in_order(self, streams: Streams) -> RunResult:
-        """The static and ping-pong policies: strictly in order, each action
-        waiting ``gap(kind)`` after the previous action on the same buffer
-        half (static: one half, the whole buffer). Ping-pong hands the MAC
-        over to the other half only when both halves are idle."""
+        """The static and ping-pong policies: strictly in order, each
+        command's column action waiting for the accesses it depends on (the
+        module docstring's table, per buffer half under ping-pong), and the
+        device rules; ping-pong hands the MAC over to other halves only when
+        both halves are idle."""
         tm = self.config.timing
         banks = BankTimer(self.config.banks, tm, self.config.slice_rows,
                           bank_groups=self.config.bank_groups)
-        busy = [0, 0]  # per half: the static gap of its last action ends here
-        mac_half: tuple[int, ...] | None = None
+        gbuf_write = [0, 0]  # per GBuf half: the last WR-INP completes here
+        obuf_mac = [0, 0]  # per OBuf half: the last MAC's update completes here
+        obuf_read = [0, 0]  # per OBuf half: the last RD-OUT completes here
+        mac_halves: tuple[int, int] | None = None
         free = 0  # first cycle the controller can work on the next command
         for i, cmd in enumerate(streams.commands):
             cmd_id = i % CMD_ID_MOD
@@ -260,44 +276,44 @@ class ChannelModel:
                 free = self._drop(streams, cmd_id, cmd, code, message, t) + 1
                 continue
             op = Opcode(cmd.opcode)
-            halves = self._halves(op, cmd)
-            wait = halves
-            if op == Opcode.MAC:
-                if mac_half is not None and halves != mac_half:
-                    wait = (0, 1)  # hand-off: both halves idle
-                mac_half = halves
-
-            def slot(earliest: int, t: int = t, wait: tuple = wait) -> int:
-                return max(t, earliest, *(busy[h] for h in wait))
-
+            g, o = self._halves(cmd)
             while (action := banks.next_action(op, cmd)) is not None:
                 kind, targets = action
-                c = slot(banks.earliest(kind, targets))
+                c = max(t, banks.earliest(kind, targets))
                 banks.apply(kind, targets, c, cmd.row)
                 streams.trace.append(TraceEntry(cmd_id, kind, c))
-                for h in halves:
-                    busy[h] = c + tm.gap(kind)
                 t = c + 1
-            if op == Opcode.ACT_AHEAD:  # the row is open: done, no column access
-                free = slot(0, t) + 1
+            if op == Opcode.ACT_AHEAD:  # the row is open: it ends in cycle t, untraced
+                free = t + 1
                 continue
             earliest = banks.earliest(op, banks.touched(op, cmd))
+            if op == Opcode.WR_INP:
+                earliest = max(earliest, gbuf_write[g])
+            elif op == Opcode.MAC:
+                earliest = max(earliest, gbuf_write[g], obuf_read[o])
+                if mac_halves is not None and (g, o) != mac_halves:  # hand-off: both idle
+                    earliest = max(earliest, *gbuf_write, *obuf_mac, *obuf_read)
+                mac_halves = (g, o)
+            elif op == Opcode.RD_OUT:
+                earliest = max(earliest, obuf_mac[o], obuf_read[o])
             beat = None
             if op in _WRITES:
                 ready, beat = streams.take_wdata()
                 earliest = max(earliest, ready)
             if op in _READS:
                 earliest = max(earliest, streams.read_credit_ready())
-            c = slot(earliest, t)
+            c = max(t, earliest)
             banks.apply(op, banks.touched(op, cmd), c, cmd.row)
             streams.trace.append(TraceEntry(cmd_id, op, c))
-            for h in halves:
-                busy[h] = c + tm.gap(op)
+            if op == Opcode.WR_INP:
+                gbuf_write[g] = c + tm.t_wr_inp
+            elif op == Opcode.MAC:
+                obuf_mac[o] = c + tm.t_mac
+            elif op == Opcode.RD_OUT:
+                obuf_read[o] = c + tm.t_rd_out
             streams.issue(c, self._execute(cmd, beat))
             free = c + 1
         return streams.result(free)
-
-
 
 
 def gemv_stream(matrix_bf16: np.ndarray, config: ChannelConfig,

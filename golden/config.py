@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from golden.isa import FIELDS, LANES, Opcode
+from golden.isa import FIELDS, LANES
 
 
 class ConfigError(ValueError):
@@ -28,16 +28,20 @@ POLICIES = ("static", "pingpong", "dcs")
 
 @dataclass(frozen=True)
 class Timing:
-    """Controller-cycle timing. ``t_wr_inp``, ``t_mac``, ``t_rd_out`` are
-    the static controller's fixed gaps after each command kind."""
+    """Controller-cycle timing. ``t_wr_inp``, ``t_mac``, ``t_rd_out`` are the
+    execution times of the buffer accesses, from issue to completion: a
+    command that depends on one waits this long after it (the static and
+    ping-pong controllers by buffer, DCS by buffer entry; golden.channel,
+    golden.dcs). The rest are the device rules of the constraint table
+    (golden.timing)."""
 
     t_rcd: int = 56
     t_rp: int = 32
     t_ras: int = 54
     t_ccd: int = 2
-    t_wr_inp: int = 4
-    t_mac: int = 8
-    t_rd_out: int = 8
+    t_wr_inp: int = 4  # WR-INP: the GBuf entry written
+    t_mac: int = 8  # MAC: the OBuf entry updated
+    t_rd_out: int = 8  # RD-OUT: the OBuf entry read and cleared
     t_faw: int = 0  # four-activate window; 0: not modelled (optional in profiles)
     # Optional device rules (0: not modelled); docs/timing.md gives each one's
     # place in the constraint table (golden/timing.py).
@@ -48,19 +52,6 @@ class Timing:
     t_ccd_l: int = 0  # column to column in the same bank group (t_ccd: any two)
     t_rrd_s: int = 0  # ACT to ACT on the channel (different bank groups)
     t_rrd_l: int = 0  # ACT to ACT in the same bank group
-
-    def gap(self, opcode: Opcode) -> int:
-        """Static in-order gap: cycles from this command to the next bus command."""
-        return {
-            Opcode.WR_INP: self.t_wr_inp,
-            Opcode.MAC: self.t_mac,
-            Opcode.RD_OUT: self.t_rd_out,
-            Opcode.RD: self.t_ccd,
-            Opcode.WR: self.t_ccd,
-            Opcode.PRE: 1,
-            Opcode.ACT: 1,
-            Opcode.ACT_AHEAD: 1,
-        }[opcode]
 
 
 #: Timing keys a profile may leave out, with the value that turns them off.

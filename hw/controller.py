@@ -139,8 +139,12 @@ class Controller(wiring.Component):
 
 class InOrderController(Controller):
     """Static and ping-pong (``config.policy``): the FIFO head issues, in
-    order, each action a static gap after the previous one on its buffer
-    half (static: both halves always)."""
+    order; its column access waits for the buffer accesses it depends on to
+    complete (``golden.channel``: the last WR-INP's GBuf write before a
+    WR-INP or MAC, the last MAC's OBuf update before a RD-OUT, the last
+    RD-OUT before a MAC or RD-OUT), per buffer half under ping-pong, with a
+    MAC's hand-off to other halves waiting for both halves to be idle.
+    PRE and ACT wait only for the device rules."""
 
     def elaborate(self, platform):
         m = Module()
@@ -150,25 +154,34 @@ class InOrderController(Controller):
         err = command_error(m, cfg, head, op, "head_err")
         banks = self.bank_timing(m, head, op, Const(1))
 
-        # Static gaps per buffer half (static: both halves always).
-        max_gap = max(tm.t_wr_inp, tm.t_mac, tm.t_rd_out, tm.t_ccd, 1)
-        gaps = [counter(max_gap, f"gap{h}_cnt") for h in range(2)]
-        for g in gaps:
-            with m.If(g != 0):
-                m.d.sync += g.eq(g - 1)
-        halves = Signal(2)
-        wait = Signal(2)
-        if cfg.policy == "pingpong":
-            g_half = Const(1, 2) << (head.gbuf_idx >= cfg.gbuf_entries // 2)
-            o_half = Const(1, 2) << (head.out_idx >= cfg.obuf_entries // 2)
-            m.d.comb += halves.eq(Mux(op.wr_inp, g_half, Mux(op.mac, g_half | o_half,
-                                                                Mux(op.rd_out, o_half, 0b11))))
-            mac_half = Signal(2)  # halves of the last MAC (0: none yet)
-            handoff = op.mac & (mac_half != 0) & (mac_half != halves)
-            m.d.comb += wait.eq(Mux(handoff, 0b11, halves))
-        else:
-            m.d.comb += [halves.eq(0b11), wait.eq(0b11)]
-        gap_ok = Cat(~wait[h] | (gaps[h] == 0) for h in range(2)).all()
+        # Completion counters per buffer half (static: one half, the whole
+        # buffer), loaded with latency - 1 at an issue, met at zero.
+        halves = 2 if cfg.policy == "pingpong" else 1
+        gbuf_write = [counter(tm.t_wr_inp, f"gbuf_write{h}_cnt") for h in range(halves)]
+        obuf_mac = [counter(tm.t_mac, f"obuf_mac{h}_cnt") for h in range(halves)]
+        obuf_read = [counter(tm.t_rd_out, f"obuf_read{h}_cnt") for h in range(halves)]
+        counters = [*gbuf_write, *obuf_mac, *obuf_read]
+        for cnt in counters:
+            with m.If(cnt != 0):
+                m.d.sync += cnt.eq(cnt - 1)
+        g, o = Signal(name="gbuf_half"), Signal(name="obuf_half")
+        if halves == 2:
+            m.d.comb += [g.eq(head.gbuf_idx >= cfg.gbuf_entries // 2),
+                         o.eq(head.out_idx >= cfg.obuf_entries // 2)]
+
+        def done(cnts, half):
+            return (cnts[0] == 0) if halves == 1 else (Mux(half, cnts[1], cnts[0]) == 0)
+
+        mac_ok = done(gbuf_write, g) & done(obuf_read, o)
+        if halves == 2:  # the hand-off: a MAC on other halves than the last MAC's
+            mac_halves, mac_seen = Signal(2, name="mac_halves"), Signal(name="mac_seen")
+            idle = Cat(c == 0 for c in counters).all()
+            mac_ok &= ~mac_seen | (mac_halves == Cat(g, o)) | idle
+        gap_ok = Signal(name="gap_ok")
+        m.d.comb += gap_ok.eq(Mux(op.wr_inp, done(gbuf_write, g),
+                                  Mux(op.mac, mac_ok,
+                                      Mux(op.rd_out, done(obuf_mac, o) & done(obuf_read, o),
+                                          1))))
 
         data_ok = (~op.write | self.wbeat_valid) & (~op.read | self.credit)
         do_pre, do_act, do_step, do_drop = (Signal(name=n) for n in
@@ -176,27 +189,28 @@ class InOrderController(Controller):
         with m.If(self.head_valid):
             with m.If(err != 0):
                 m.d.comb += do_drop.eq(~op.write | self.wbeat_valid)
-            with m.Elif(gap_ok):
-                choose(m, banks, do_pre, do_act, do_step, data_ok, col_free=op.act_ahead)
+            with m.Else():
+                choose(m, banks, do_pre, do_act, do_step, data_ok & gap_ok,
+                       col_free=op.act_ahead)
         # ACT-AHEAD ends, untraced, once its row is open; the rest issue
         do_col, do_done = Signal(name="do_col"), Signal(name="do_done")
         m.d.comb += [do_col.eq(do_step & ~op.act_ahead), do_done.eq(do_step & op.act_ahead)]
         issued(m, banks, do_pre, do_act, do_col)
 
-        gap_after = Const(0, gaps[0].shape())
-        for o, sel in op.is_.items():
-            gap_after = Mux(sel, tm.gap(o) - 1, gap_after)
-        for h in range(2):
-            with m.If(halves[h] & (do_pre | do_act)):
-                m.d.sync += gaps[h].eq(0)
-            with m.If(halves[h] & do_col):
-                m.d.sync += gaps[h].eq(gap_after)
-        if cfg.policy == "pingpong":
+        for h in range(halves):
+            mine_g = (g == h) if halves == 2 else Const(1)
+            mine_o = (o == h) if halves == 2 else Const(1)
+            with m.If(do_col & op.wr_inp & mine_g):
+                m.d.sync += gbuf_write[h].eq(tm.t_wr_inp - 1)
+            with m.If(do_col & op.mac & mine_o):
+                m.d.sync += obuf_mac[h].eq(tm.t_mac - 1)
+            with m.If(do_col & op.rd_out & mine_o):
+                m.d.sync += obuf_read[h].eq(tm.t_rd_out - 1)
+        if halves == 2:
             with m.If(do_col & op.mac):
-                m.d.sync += mac_half.eq(halves)
+                m.d.sync += [mac_halves.eq(Cat(g, o)), mac_seen.eq(1)]
 
         pop = do_col | do_done | do_drop
         m.d.comb += [self.head_pop.eq(pop), self.wbeat_pop.eq(pop & op.write)]
         self.drive_issue(m, do_pre, do_act, do_col, head, self.head_id, op, do_drop, err)
         return m
-

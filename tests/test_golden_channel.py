@@ -38,13 +38,48 @@ def test_first_mac_waits_trcd_after_act():
     assert [(e.opcode, e.cycle) for e in r.trace] == [(Opcode.ACT, 1), (Opcode.MAC, 1 + T.t_rcd)]
 
 
-def test_row_hit_macs_issue_at_static_gap_and_row_miss_obeys_tras_trp_trcd():
+def test_row_hit_macs_issue_at_tccd_and_row_miss_obeys_tras_trp_trcd():
+    """A MAC after a MAC waits only the device (tCCD), not the MAC's
+    execution time; the row miss's PRE waits tRAS, not the MAC either."""
     r = ChannelModel(CFG).run([mac(0, 0, 0, 0), mac(0, 1, 0, 0), mac(3, 0, 0, 0)])
     act0, m0, m1, pre, act1, m2 = [e.cycle for e in r.trace]
-    assert m1 - m0 == max(T.t_mac, T.t_ccd)
-    assert pre == max(m1 + T.t_mac, act0 + T.t_ras)
+    assert m1 - m0 == T.t_ccd
+    assert pre == max(m1 + 1, act0 + T.t_ras)
     assert act1 == pre + T.t_rp
     assert m2 == act1 + T.t_rcd
+
+
+def _open_then(cfg, cmds, wdata=()):
+    """``cmds`` arriving at cycle 100, long after a MAC that opened row 0
+    (the row stays open, every access of the MAC has completed)."""
+    return ChannelModel(cfg).run([mac(0, 0, 3, 1)] + cmds, list(wdata),
+                                 cmd_arrivals=[0] + [100] * len(cmds))
+
+
+@pytest.mark.parametrize("first, second, gap", [
+    (wr_inp(0), mac(0, 1, 2, 0), T.t_wr_inp),  # GBuf: the write completes first (any entry)
+    (wr_inp(0), wr_inp(2), T.t_wr_inp),  # GBuf write after write
+    (mac(0, 1, 0, 0), rd_out(1), T.t_mac),  # OBuf: the MAC's update (any entry)
+    (rd_out(0), mac(0, 1, 0, 1), T.t_rd_out),  # OBuf: read and cleared before a MAC
+    (rd_out(0), rd_out(1), T.t_rd_out),
+    (mac(0, 1, 0, 0), wr_inp(0), 1),  # the MAC read the GBuf at issue
+    (mac(0, 1, 0, 0), mac(0, 2, 1, 1), T.t_ccd),  # device only
+    (wr_inp(0), rd_out(0), 1),  # no shared buffer
+    (rd_out(0), wr_inp(0), 1),
+])
+def test_static_waits_the_execution_time_of_a_dependent_kind_only(first, second, gap):
+    """PIMphony's static controller: in order, and a command waits for the
+    last access of each kind it shares a buffer with to complete; it knows
+    kinds, not entries. Each gap moves with its own execution time."""
+    cmds = [first, second]
+    wdata = [0] * sum(c.opcode == Opcode.WR_INP for c in cmds)
+    r = _open_then(CFG, cmds, wdata)
+    a, b = r.trace[-2].cycle, r.trace[-1].cycle
+    assert b - a == gap
+    if gap > 1 and gap != T.t_ccd:  # one cycle more of the rule, one cycle later
+        key = {T.t_wr_inp: "t_wr_inp", T.t_mac: "t_mac", T.t_rd_out: "t_rd_out"}[gap]
+        slower = _open_then(CFG.replace(**{key: gap + 1}), cmds, wdata)
+        assert slower.trace[-1].cycle - slower.trace[-2].cycle == gap + 1
 
 
 def test_tras_binds_when_gaps_are_short():
@@ -138,7 +173,7 @@ def test_docs_worked_example():
     r = ChannelModel(small_config()).run(
         [wr_inp(0), mac(3, 0, 0, 0), mac(3, 1, 0, 0), rd_out(0)], wdata=[0])
     assert [(e.opcode.name, e.cycle) for e in r.trace] == [
-        ("WR_INP", 1), ("ACT", 5), ("MAC", 61), ("MAC", 69), ("RD_OUT", 77)]
+        ("WR_INP", 1), ("ACT", 2), ("MAC", 58), ("MAC", 60), ("RD_OUT", 68)]
 
 
 # ---- dual-path banks (LibraPIM DEX, docs/dual-path.md) ---------------------------
@@ -164,8 +199,8 @@ def test_dual_path_read_beside_mac_by_hand():
         ("PRE", 23), ("ACT", 27), ("MAC", 32)], 33)  # tRAS from bank 0's ACT at 14
     assert _trace(DEX.replace(slice_rows=4), cmds) == ([
         ("ACT", 1), ("MAC", 6),
-        ("ACT", 9), ("RD", 14),  # t_mac gap 3; bank 0's weight partition
-        ("MAC", 16)], 17)  # RD gap tCCD 2; MAC path tCCD from 6 only
+        ("ACT", 7), ("RD", 12),  # bank 0's weight partition: no wait on the MAC
+        ("MAC", 14)], 15)  # tCCD after the RD; its row stayed open
 
 
 def test_dual_path_same_partition_serializes():

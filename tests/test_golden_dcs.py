@@ -59,9 +59,9 @@ def test_mac_after_mac_on_one_obuf_entry_issues_at_tccd():
     r = run(OPEN + [mac(0, c, 0, 1) for c in range(1, 6)])
     macs = [e.cycle for e in r.trace if e.opcode == Opcode.MAC]
     assert np.all(np.diff(macs) == T.t_ccd)
-    # under the static policy the same stream is paced by t_mac
+    # the static policy too: a MAC after a MAC waits only the device
     s = run(OPEN + [mac(0, c, 0, 1) for c in range(1, 6)], cfg=CFG.replace(policy="static"))
-    assert np.all(np.diff([e.cycle for e in s.trace if e.opcode == Opcode.MAC]) == T.t_mac)
+    assert np.all(np.diff([e.cycle for e in s.trace if e.opcode == Opcode.MAC]) == T.t_ccd)
 
 
 def test_command_ids_wrap_and_dependencies_still_hold():
@@ -130,18 +130,33 @@ PP = CFG.replace(policy="pingpong")  # halves: GBuf {0,1} | {2,3}, OBuf {0,1} | 
 
 
 def test_pingpong_overlaps_io_on_the_other_half_only():
-    r = run([mac(0, 0, 0, 0), wr_inp(2), wr_inp(1)], cfg=PP)
-    m = cycle_of(r, 0, Opcode.MAC)
-    assert cycle_of(r, 1, Opcode.WR_INP) == m + 1  # other half: no t_mac gap
-    # same half as the MAC: waits its t_mac gap (and the previous WR-INP's, other half)
-    assert cycle_of(r, 2, Opcode.WR_INP) == m + T.t_mac
+    """Within a half the static rules hold; across halves nothing waits."""
+    r = run(OPEN + [wr_inp(0), mac(0, 1, 0, 0), rd_out(2), wr_inp(2), wr_inp(1)], cfg=PP,
+            later=1)
+    w0, m = cycle_of(r, 1, Opcode.WR_INP), cycle_of(r, 2, Opcode.MAC)
+    assert m == w0 + T.t_wr_inp  # same GBuf half
+    assert cycle_of(r, 3, Opcode.RD_OUT) == m + 1  # OBuf half 1: not the MAC's
+    assert cycle_of(r, 4, Opcode.WR_INP) == m + 2  # GBuf half 1: not w0's
+    # GBuf half 0 again: waits w0's completion only (passed), not the others
+    assert cycle_of(r, 5, Opcode.WR_INP) == m + 3
+    s = run(OPEN + [wr_inp(0), mac(0, 1, 0, 0), rd_out(2), wr_inp(2), wr_inp(1)],
+            cfg=CFG.replace(policy="static"), later=1)  # one region: they wait
+    assert cycle_of(s, 3, Opcode.RD_OUT) == cycle_of(s, 2, Opcode.MAC) + T.t_mac
 
 
 def test_pingpong_hands_over_only_when_both_halves_are_idle():
-    r = run([mac(0, 0, 0, 0), wr_inp(2), mac(0, 1, 2, 2)], cfg=PP)
-    w = cycle_of(r, 1, Opcode.WR_INP)
-    m0 = cycle_of(r, 0, Opcode.MAC)
-    assert cycle_of(r, 2, Opcode.MAC) == max(w + T.t_wr_inp, m0 + T.t_mac)
+    """OPEN is a MAC on GBuf and OBuf half 1. A MAC on half 0 is a hand-off:
+    it waits for every access of both halves, the other half's write and
+    the previous MAC's update included; on half 1 again it waits tCCD."""
+    r = run(OPEN + [wr_inp(2), mac(0, 1, 0, 0)], cfg=PP, later=1)
+    assert cycle_of(r, 2, Opcode.MAC) == cycle_of(r, 1, Opcode.WR_INP) + T.t_wr_inp
+    r = run(OPEN + [mac(0, 1, 0, 0)], cfg=PP)
+    assert cycle_of(r, 1, Opcode.MAC) == cycle_of(r, 0, Opcode.MAC) + T.t_mac
+    same = run(OPEN + [mac(0, 1, 2, 2)], cfg=PP)
+    assert cycle_of(same, 1, Opcode.MAC) == cycle_of(same, 0, Opcode.MAC) + T.t_ccd
+    static = run(OPEN + [wr_inp(2), mac(0, 1, 0, 0)], cfg=CFG.replace(policy="static"),
+                 later=1)  # one region: the same wait, by the static rule
+    assert cycle_of(static, 2, Opcode.MAC) == cycle_of(static, 1, Opcode.WR_INP) + T.t_wr_inp
 
 
 def test_stale_s_table_id_is_not_taken_for_a_new_command_with_the_same_id():

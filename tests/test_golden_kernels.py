@@ -25,8 +25,8 @@ def test_bound_holds_for_every_policy_and_dcs_is_never_slower(kernel):
         assert r.cycles >= bound["bound_cycles"], policy
         assert r.mac_count == bound["macs"]
         cycles[policy] = r.cycles
+    # (ping-pong may be slower than static: its hand-offs wait for both halves)
     assert cycles["dcs"] <= min(cycles["static"], cycles["pingpong"])
-    assert cycles["pingpong"] <= cycles["static"]
 
 
 def test_qkt_row_reuse_visits_each_row_once_and_reads_every_score():

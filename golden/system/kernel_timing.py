@@ -14,8 +14,8 @@ period of the stream:
 :class:`golden.channel.ChannelModel`. **Fast mode** runs the cycle-exact
 model once per shape on ``1 .. CALIBRATE[kind]`` units and extrapolates
 beyond: the streams repeat unit by unit, so after the first unit the
-cycles grow by a constant step per unit, or (ping-pong, which alternates
-buffer halves) by a constant step per two units. The period is 1 when the
+cycles grow by a constant step per unit, or (a stream whose units
+alternate) by a constant step per two units. The period is 1 when the
 last two measured steps agree, else 2 (:meth:`KernelTimer.period`).
 ``tests/test_golden_system.py`` compares fast with exact on every shape the
 studies use and fails above 2 %.
@@ -180,7 +180,8 @@ class KernelTimer:
     @staticmethod
     def period(cal: list[dict[str, int]]) -> int:
         """Units after which the stream's cycles repeat their steps: 1, or 2
-        when the last two steps differ (ping-pong alternates buffer halves)."""
+        when the last two steps differ (a stream whose units alternate, such as
+        one that takes turns on two buffer halves)."""
         c = [0] + [x["cycles"] for x in cal]
         return 1 if c[-1] - c[-2] == c[-2] - c[-3] else 2
 
