@@ -139,7 +139,7 @@ class ChannelConfig:
         text = (f"{self.profile} ({self.policy}): {self.banks} banks x {self.rows} rows x "
                 f"{self.cols} cols, GBuf {self.gbuf_entries}, OBuf {self.obuf_entries}, "
                 f"tRCD {t.t_rcd} tRP {t.t_rp} tRAS {t.t_ras} tCCD {t.t_ccd} "
-                f"gaps {t.t_wr_inp}/{t.t_mac}/{t.t_rd_out}")
+                f"exec {t.t_wr_inp}/{t.t_mac}/{t.t_rd_out}")
         if t.t_faw:
             text += f" tFAW {t.t_faw}"
         extra = {"tRC": t.t_rc, "tRTP": t.t_rtp, "tWR": t.t_wr, "tWTR": t.t_wtr,
