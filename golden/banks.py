@@ -7,18 +7,19 @@ from __future__ import annotations
 
 from golden.isa import Opcode
 from golden.streams import Command
-from golden.timing import COLUMN, KINDS, bank_group_of, constraints
+from golden.timing import COLUMN, KINDS, REGISTER_KINDS, bank_group_of, constraints
 
 
 def kind_of(op) -> str:
-    """The constraint table's command kind of an action: PRE, ACT, WR (a
-    write's column access), RD (any other column access); a kind name is
-    itself."""
+    """The constraint table's command kind of an action: PRE, ACT, MODE, WR
+    (a write's column access), GB (WR-INP), REG (RD-OUT), RD (any other
+    column access); a kind name is itself."""
     if isinstance(op, str):
         if op not in KINDS:
             raise ValueError(f"command kind {op!r} is not one of {KINDS}")
         return op
-    return {Opcode.PRE: "PRE", Opcode.ACT: "ACT", Opcode.WR: "WR"}.get(op, "RD")
+    return {Opcode.PRE: "PRE", Opcode.ACT: "ACT", Opcode.MODE: "MODE", Opcode.WR: "WR",
+            Opcode.WR_INP: "GB", Opcode.RD_OUT: "REG"}.get(op, "RD")
 
 
 class BankTimer:
@@ -44,7 +45,13 @@ class BankTimer:
     A column access that touches no unit (WR-INP, RD-OUT) is not a bank
     command, unless ``ccd_every_column`` (the ALU channel: every column
     command is). Bank ``b`` (both partitions) is in group
-    ``b // (n_banks / bank_groups)``."""
+    ``b // (n_banks / bank_groups)``.
+
+    Modes (a device with ``t_modch`` > 0, docs/timing.md): the device is in
+    normal mode or register-access mode, normal after reset. WR-INP and
+    RD-OUT (kinds GB and REG) need register-access mode, every other
+    command normal mode; a command in the wrong mode first needs a MODE
+    switch (``next_action``), after which nothing issues for t_modch."""
 
     def __init__(self, n_banks: int, timing, slice_rows: int = 0,
                  ccd_every_column: bool = False, bank_groups: int = 1):
@@ -53,6 +60,8 @@ class BankTimer:
         units = n_banks * (2 if slice_rows else 1)
         self.group = bank_group_of(units, n_banks, bank_groups)
         self.open_row: list[int | None] = [None] * units
+        self.modes = timing.t_modch > 0
+        self.register_mode = False  # normal mode after reset
         self.rules = constraints(timing)
         count = {"channel": 1, "bankgroup": bank_groups, "bank": units}
         #: per constraint, per level instance: the last ``window`` preceding cycles
@@ -73,8 +82,15 @@ class BankTimer:
             return [self.unit(cmd.bank, cmd.row)]
         return []
 
+    def needs_mode_switch(self, op) -> bool:
+        """The device is in the other mode than ``op`` needs."""
+        return self.modes and self.register_mode != (kind_of(op) in REGISTER_KINDS)
+
     def next_action(self, op: Opcode, cmd: Command) -> tuple[Opcode, list[int]] | None:
-        """The PRE or ACT ``cmd`` needs next, or None when its row is open."""
+        """The MODE switch, PRE or ACT ``cmd`` needs next, or None when the
+        device is in its mode and its row is open."""
+        if self.needs_mode_switch(op):
+            return Opcode.MODE, []
         return self.action_for(self.touched(op, cmd), cmd.row, as_set=op == Opcode.MAC)
 
     def action_for(self, touched: list[int], row: int,
@@ -120,6 +136,8 @@ class BankTimer:
 
     def apply(self, kind, banks: list[int], cycle: int, row: int) -> None:
         k = kind_of(kind)
+        if k == "MODE":
+            self.register_mode = not self.register_mode
         for b in banks:
             if k == "PRE":
                 self.open_row[b] = None

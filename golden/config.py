@@ -52,11 +52,15 @@ class Timing:
     t_ccd_l: int = 0  # column to column in the same bank group (t_ccd: any two)
     t_rrd_s: int = 0  # ACT to ACT on the channel (different bank groups)
     t_rrd_l: int = 0  # ACT to ACT in the same bank group
+    #: The device's switch between normal mode (ACT, PRE, MAC, RD, WR) and
+    #: register-access mode (WR-INP, RD-OUT): nothing issues for t_modch
+    #: cycles after one. 0: the device has no modes.
+    t_modch: int = 0
 
 
 #: Timing keys a profile may leave out, with the value that turns them off.
 OPTIONAL_TIMING = dict.fromkeys(("t_faw", "t_rc", "t_rtp", "t_wr", "t_wtr", "t_ccd_l", "t_rrd_s",
-                                  "t_rrd_l"), 0)
+                                  "t_rrd_l", "t_modch"), 0)
 
 
 @dataclass(frozen=True)
@@ -143,7 +147,8 @@ class ChannelConfig:
         if t.t_faw:
             text += f" tFAW {t.t_faw}"
         extra = {"tRC": t.t_rc, "tRTP": t.t_rtp, "tWR": t.t_wr, "tWTR": t.t_wtr,
-                 "tCCD_L": t.t_ccd_l, "tRRD_S": t.t_rrd_s, "tRRD_L": t.t_rrd_l}
+                 "tCCD_L": t.t_ccd_l, "tRRD_S": t.t_rrd_s, "tRRD_L": t.t_rrd_l,
+                 "nMODCH": t.t_modch}
         text += "".join(f" {k} {v}" for k, v in extra.items() if v)
         if self.bank_groups > 1:
             text += f", {self.bank_groups} bank groups"

@@ -195,7 +195,30 @@ def run_dynamic(model, streams: Streams):
                 return False
         return True
 
-    def try_issue(q: deque[Entry], now: int) -> bool:
+    def waits_for_issue(e: Entry) -> bool:
+        """A dependency of ``e`` names a command that has not issued."""
+        return ((e.did_gbuf is not None and s_gbuf[e.cmd.gbuf_idx].cmd_id != e.did_gbuf)
+                or (e.did_obuf is not None and s_obuf[e.cmd.out_idx].cmd_id != e.did_obuf))
+
+    def access_ready(q: deque[Entry], now: int) -> bool:
+        """The head of ``q`` can issue its own access now (or consume a
+        discarded beat): no mode switch, PRE or ACT first."""
+        if not q or later(q[0].ready):
+            return False
+        e = q[0]
+        if e.op is None:
+            return not later(streams.wdata_ready())
+        if banks.next_action(e.op, e.cmd) is not None:
+            return False
+        if later(banks.earliest(e.op, banks.touched(e.op, e.cmd))) or not deps_met(e, now):
+            return False
+        if e.op in (Opcode.WR_INP, Opcode.WR) and later(streams.wdata_ready()):
+            return False
+        return not (e.op in (Opcode.RD_OUT, Opcode.RD) and later(streams.read_credit_ready()))
+
+    def try_issue(q: deque[Entry], now: int, switch_ok: bool = True) -> bool:
+        """Issue the head's next action: its mode switch (unless not
+        ``switch_ok``), PRE, ACT, or its access."""
         nonlocal fence
         if not q or later(q[0].ready):
             return False
@@ -209,7 +232,7 @@ def run_dynamic(model, streams: Streams):
         action = banks.next_action(e.op, e.cmd)
         if action is not None:
             kind, targets = action
-            if later(banks.earliest(kind, targets)):
+            if (kind == Opcode.MODE and not switch_ok) or later(banks.earliest(kind, targets)):
                 return False
             banks.apply(kind, targets, now, e.cmd.row)
             streams.trace.append(TraceEntry(e.cmd_id, kind, now))
@@ -252,7 +275,13 @@ def run_dynamic(model, streams: Streams):
         occupancy = (len(compute_q), len(io_q))  # before this cycle's issue
         oldest = min((q[0].seq for q in (compute_q, io_q) if q), default=i)
         wake = NEVER
-        progressed = try_issue(compute_q, c) or try_issue(io_q, c)
+        # The compute head first; it does not switch the device's mode while
+        # the I/O head can issue its own access in the current mode, and the
+        # I/O head switches it only while the compute queue is empty or its
+        # head waits for a command that has not issued (an I/O command).
+        progressed = (try_issue(compute_q, c, switch_ok=not access_ready(io_q, c))
+                      or try_issue(io_q, c, switch_ok=not compute_q
+                                   or waits_for_issue(compute_q[0])))
 
         if (i < n and not later(streams.cmd_arrivals[i] + 1) and not later(fifo_visible)
                 and not fence and i - oldest < WINDOW):

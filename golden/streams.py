@@ -114,6 +114,12 @@ class RunResult:
     def mac_count(self) -> int:
         return sum(1 for t in self.trace if t.opcode == Opcode.MAC)
 
+    @property
+    def mode_switches(self) -> int:
+        """Switches between the device's normal and register-access modes
+        (docs/timing.md): 0 on a device without modes."""
+        return sum(1 for t in self.trace if t.opcode == Opcode.MODE)
+
 
 
 

@@ -11,20 +11,27 @@ windowed one, generated from the table). The latencies come from the
 device profile's timing keys (``golden.config.Timing``; their sources are
 in the profile).
 
-Command kinds at the banks: ``PRE`` and ``ACT`` (of the banks a command
-needs closed or opened; an all-bank ACT is one command), ``RD`` and ``WR``
-(the column access of a command that touches banks: MAC, RD and the ALU
-channel's LD read; WR and the ALU channel's ST write). Levels: ``channel``
-(one instance), ``bankgroup`` (one per bank group) and ``bank`` (one per
-row-buffer unit: a bank, or a partition of a dual-path bank).
+Command kinds: ``PRE`` and ``ACT`` (of the banks a command needs closed or
+opened; an all-bank ACT is one command), ``RD`` and ``WR`` (the column
+access of a command that touches banks: MAC, RD and the ALU channel's LD
+read; WR and the ALU channel's ST write), ``GB`` and ``REG`` (WR-INP's
+global-buffer write and RD-OUT's read of the MAC results: the device's
+register accesses, which touch no bank) and ``MODE`` (the switch between
+the device's normal and register-access modes, on a device that has them:
+``t_modch`` > 0). Levels: ``channel`` (one instance), ``bankgroup`` (one per
+bank group) and ``bank`` (one per row-buffer unit: a bank, or a partition
+of a dual-path bank).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-KINDS = ("PRE", "ACT", "RD", "WR")
+KINDS = ("PRE", "ACT", "RD", "WR", "GB", "REG", "MODE")
 COLUMN = ("RD", "WR")
+#: Kinds that need the device's register-access mode (the rest but MODE
+#: need normal mode), on a device with modes.
+REGISTER_KINDS = ("GB", "REG")
 LEVELS = ("channel", "bankgroup", "bank")
 
 
@@ -69,6 +76,7 @@ RULES = (
     ("t_rrd_s", "channel", ("ACT",), ("ACT",), 1),  # ACT to ACT on the channel
     ("t_rrd_l", "bankgroup", ("ACT",), ("ACT",), 1),  # ACT to ACT in a bank group
     ("t_faw", "channel", ("ACT",), ("ACT",), 4),  # at most four ACTs in a window
+    ("t_modch", "channel", ("MODE",), KINDS, 1),  # a mode switch, then nothing for t_modch
 )
 
 

@@ -14,6 +14,9 @@ banks (its row, the banks it touches, whether they open together);
 ACT, or neither: the column access) and whether the timing allows it now
 (``pre_ok``, ``act_ok``, ``col_ok``); the controller's choice (``choose``)
 comes back as ``do_pre`` / ``do_act`` / ``do_col`` and updates the counters.
+On a device with modes (``t_modch`` > 0) it also holds the mode (normal
+after reset; ``reg_mode`` for register access) and says whether the
+presented command needs a MODE switch first (``mode_switch``).
 """
 
 from amaranth import Cat, Const, Module, Mux, Signal
@@ -59,14 +62,25 @@ class BankTiming(wiring.Component):
     col_write : In(1)
         The column access writes the banks (WR; the constraint table's WR
         kind), else it reads (RD, MAC: RD).
-    do_pre, do_act, do_col : In(1)
+    col_gb, col_reg : In(1)
+        The column access is a WR-INP (kind GB) / a RD-OUT (kind REG): a
+        register access, in register-access mode, touching no bank.
+    do_pre, do_act, do_col, do_mode, do_gb, do_reg : In(1)
         What issues this cycle: PRE of ``pre_mask``, ACT of ``act_mask``,
-        the column access.
+        the column access, a MODE switch, a WR-INP, a RD-OUT (the last two
+        from any queue of the controller, not only the presented command).
     pre_mask, act_mask : Out(units)
         The units the command needs precharged, then activated.
-    pre_ok, act_ok, col_ok : Out(1)
+    pre_ok, act_ok, col_ok, mode_ok : Out(1)
         Every constraint whose following kind is a PRE, an ACT, the column
-        access (its RD or WR kind) is met.
+        access (its RD, WR, GB or REG kind), a MODE switch is met.
+    gb_ok, reg_ok : Out(1)
+        The same for a WR-INP and a RD-OUT whatever the presented command
+        (they touch no bank; the DCS controller's I/O head).
+    reg_mode : Out(1)
+        The device is in register-access mode (always 0 without modes).
+    mode_switch : Out(1)
+        The presented command needs the other mode: a MODE switch first.
     open : Out(units)
         Units with a row open.
     """
@@ -79,9 +93,13 @@ class BankTiming(wiring.Component):
         self.bank_groups = bank_groups
         super().__init__({
             "row": In(FIELDS["row"].width), "touched": In(units), "as_set": In(1),
-            "col_write": In(1), "do_pre": In(1), "do_act": In(1), "do_col": In(1),
+            "col_write": In(1), "col_gb": In(1), "col_reg": In(1), "do_pre": In(1),
+            "do_act": In(1), "do_col": In(1), "do_mode": In(1), "do_gb": In(1),
+            "do_reg": In(1),
             "pre_mask": Out(units), "act_mask": Out(units),
-            "pre_ok": Out(1), "act_ok": Out(1), "col_ok": Out(1), "open": Out(units),
+            "pre_ok": Out(1), "act_ok": Out(1), "col_ok": Out(1), "mode_ok": Out(1),
+            "gb_ok": Out(1), "reg_ok": Out(1), "reg_mode": Out(1), "mode_switch": Out(1),
+            "open": Out(units),
         })
 
     def elaborate(self, platform):
@@ -111,9 +129,12 @@ class BankTiming(wiring.Component):
         # touches no unit is not a bank command, unless ccd_every_column)
         col_cmd = Const(1) if self.ccd_every_column else (touched != 0)
         col = self.do_col & col_cmd
-        units = {"PRE": pre_mask, "ACT": act_mask, "RD": touched, "WR": touched}
+        none = Const(0, B)  # the register accesses and MODE touch no unit
+        units = {"PRE": pre_mask, "ACT": act_mask, "RD": touched, "WR": touched,
+                 "GB": none, "REG": none, "MODE": none}
         issues = {"PRE": self.do_pre, "ACT": self.do_act, "RD": col & ~self.col_write,
-                  "WR": col & self.col_write}
+                  "WR": col & self.col_write, "GB": self.do_gb, "REG": self.do_reg,
+                  "MODE": self.do_mode}
         ok = {kind: [] for kind in KINDS}
         for c in constraints(self.timing):
             self._constraint(m, c, units, issues, ok, col_cmd)
@@ -122,7 +143,14 @@ class BankTiming(wiring.Component):
             return Cat(*ok[kind], 1).all()
 
         m.d.comb += [self.pre_ok.eq(met("PRE")), self.act_ok.eq(met("ACT")),
-                     self.col_ok.eq(Mux(self.col_write, met("WR"), met("RD")))]
+                     self.col_ok.eq(Mux(self.col_gb, met("GB"), Mux(self.col_reg, met("REG"),
+                                    Mux(self.col_write, met("WR"), met("RD"))))),
+                     self.mode_ok.eq(met("MODE")), self.gb_ok.eq(met("GB")),
+                     self.reg_ok.eq(met("REG"))]
+        if self.timing.t_modch:  # the device's modes (golden.banks.BankTimer)
+            with m.If(self.do_mode):
+                m.d.sync += self.reg_mode.eq(~self.reg_mode)
+            m.d.comb += self.mode_switch.eq((self.col_gb | self.col_reg) != self.reg_mode)
         return m
 
     def _constraint(self, m, c, units, issues, ok, col_cmd):
@@ -161,12 +189,19 @@ class BankTiming(wiring.Component):
             ok[kind].append(~col_cmd | met if c.level == "channel" and kind in COLUMN else met)
 
 
-def choose(m, banks: BankTiming, do_pre, do_act, do_col, col_cond, col_free=None):
+def choose(m, banks: BankTiming, do_pre, do_act, do_col, col_cond, col_free=None,
+           do_mode=None, switch_ok=1):
     """In the controller's module: drive the next action the command needs,
-    PRE, ACT, or the column access once ``col_cond`` also holds (with
-    ``col_free``: at once, no column rules; the command ends when its row is
-    open)."""
-    with m.If(banks.pre_mask != 0):
+    a MODE switch (into ``do_mode``, when ``switch_ok``), PRE, ACT, or the
+    column access once ``col_cond`` also holds (with ``col_free``: at once,
+    no column rules; the command ends when its row is open)."""
+    branch = m.If
+    if banks.timing.t_modch:  # no branch on a constant: Verilator's CASEOVERLAP
+        with m.If(banks.mode_switch):
+            if do_mode is not None:
+                m.d.comb += do_mode.eq(banks.mode_ok & switch_ok)
+        branch = m.Elif
+    with branch(banks.pre_mask != 0):
         m.d.comb += do_pre.eq(banks.pre_ok)
     with m.Elif(banks.act_mask != 0):
         m.d.comb += do_act.eq(banks.act_ok)
@@ -177,18 +212,22 @@ def choose(m, banks: BankTiming, do_pre, do_act, do_col, col_cond, col_free=None
 
 def bank_timing(m, name: str, units: int, rows: int, timing: Timing, row, touched, as_set,
                 col_write, ccd_every_column: bool = False, bank_groups: int = 1,
-                banks: int | None = None) -> BankTiming:
+                banks: int | None = None, col_gb=0, col_reg=0) -> BankTiming:
     """Add a BankTiming submodule ``name`` to ``m`` for the command at
     ``row`` touching ``touched`` (its column access a write when
-    ``col_write``); the caller drives ``do_pre`` / ``do_act`` / ``do_col``
+    ``col_write``, a WR-INP when ``col_gb``, a RD-OUT when ``col_reg``); the
+    caller drives ``do_pre`` / ``do_act`` / ``do_col`` / ``do_mode``
     (``choose``, then ``issued``)."""
     timer = BankTiming(units, rows, timing, ccd_every_column, bank_groups, banks)
     m.submodules[name] = timer
     m.d.comb += [timer.row.eq(row), timer.touched.eq(touched), timer.as_set.eq(as_set),
-                 timer.col_write.eq(col_write)]
+                 timer.col_write.eq(col_write), timer.col_gb.eq(col_gb),
+                 timer.col_reg.eq(col_reg)]
     return timer
 
 
-def issued(m, banks: BankTiming, do_pre, do_act, do_col) -> None:
-    """What issued this cycle, for the counters and open rows."""
-    m.d.comb += [banks.do_pre.eq(do_pre), banks.do_act.eq(do_act), banks.do_col.eq(do_col)]
+def issued(m, banks: BankTiming, do_pre, do_act, do_col, do_mode=0, do_gb=0,
+           do_reg=0) -> None:
+    """What issued this cycle, for the counters, open rows and mode."""
+    m.d.comb += [banks.do_pre.eq(do_pre), banks.do_act.eq(do_act), banks.do_col.eq(do_col),
+                 banks.do_mode.eq(do_mode), banks.do_gb.eq(do_gb), banks.do_reg.eq(do_reg)]

@@ -26,7 +26,7 @@ from hw.util import counter
 #: command it serves and its ID, the command's opcode decoded, and a command
 #: dropped at decode (``err``) with its error code.
 IssueLayout = data.StructLayout({
-    "pre": 1, "act": 1, "col": 1, "cmd": CommandLayout, "cmd_id": ID_BITS,
+    "mode": 1, "pre": 1, "act": 1, "col": 1, "cmd": CommandLayout, "cmd_id": ID_BITS,
     "wr_inp": 1, "mac": 1, "rd_out": 1, "rd": 1, "wr": 1,
     "err": 1, "err_code": FIELDS["err_code"].width,
 })
@@ -119,7 +119,8 @@ class Controller(wiring.Component):
         write = op.is_[Opcode.WR]  # the constraint table's WR kind; the rest read
         if not cfg.dual_path:
             return bank_timing(m, "banks", B, cfg.rows, cfg.timing, cmd.row, touched, op.mac,
-                               write, bank_groups=cfg.bank_groups)
+                               write, bank_groups=cfg.bank_groups, col_gb=op.wr_inp,
+                               col_reg=op.rd_out)
         sliced = Signal()
         upper = Signal()  # the command's row is in the second partition
         m.d.comb += [sliced.eq(self.slice_rows != 0),
@@ -127,11 +128,13 @@ class Controller(wiring.Component):
         units = Signal(2 * B)
         m.d.comb += units.eq(Mux(upper, Cat(Const(0, B), touched), touched))
         return bank_timing(m, "banks", 2 * B, cfg.rows, cfg.timing, cmd.row, units, op.mac,
-                           write, bank_groups=cfg.bank_groups, banks=B)
+                           write, bank_groups=cfg.bank_groups, banks=B, col_gb=op.wr_inp,
+                           col_reg=op.rd_out)
 
-    def drive_issue(self, m, do_pre, do_act, do_col, cmd, cmd_id, op, err, err_code):
+    def drive_issue(self, m, do_pre, do_act, do_col, cmd, cmd_id, op, err, err_code, do_mode=0):
         i = self.issue
-        m.d.comb += [i.pre.eq(do_pre), i.act.eq(do_act), i.col.eq(do_col), i.cmd.eq(cmd),
+        m.d.comb += [i.mode.eq(do_mode), i.pre.eq(do_pre), i.act.eq(do_act), i.col.eq(do_col),
+                     i.cmd.eq(cmd),
                      i.cmd_id.eq(cmd_id), i.wr_inp.eq(op.wr_inp), i.mac.eq(op.mac),
                      i.rd_out.eq(op.rd_out), i.rd.eq(op.is_[Opcode.RD]),
                      i.wr.eq(op.is_[Opcode.WR]), i.err.eq(err), i.err_code.eq(err_code)]
@@ -184,18 +187,19 @@ class InOrderController(Controller):
                                           1))))
 
         data_ok = (~op.write | self.wbeat_valid) & (~op.read | self.credit)
-        do_pre, do_act, do_step, do_drop = (Signal(name=n) for n in
-                                            ("do_pre", "do_act", "do_step", "do_drop"))
+        do_mode, do_pre, do_act, do_step, do_drop = (Signal(name=n) for n in (
+            "do_mode", "do_pre", "do_act", "do_step", "do_drop"))
         with m.If(self.head_valid):
             with m.If(err != 0):
                 m.d.comb += do_drop.eq(~op.write | self.wbeat_valid)
             with m.Else():
                 choose(m, banks, do_pre, do_act, do_step, data_ok & gap_ok,
-                       col_free=op.act_ahead)
+                       col_free=op.act_ahead, do_mode=do_mode)
         # ACT-AHEAD ends, untraced, once its row is open; the rest issue
         do_col, do_done = Signal(name="do_col"), Signal(name="do_done")
         m.d.comb += [do_col.eq(do_step & ~op.act_ahead), do_done.eq(do_step & op.act_ahead)]
-        issued(m, banks, do_pre, do_act, do_col)
+        issued(m, banks, do_pre, do_act, do_col, do_mode, do_col & op.wr_inp,
+               do_col & op.rd_out)
 
         for h in range(halves):
             mine_g = (g == h) if halves == 2 else Const(1)
@@ -212,5 +216,6 @@ class InOrderController(Controller):
 
         pop = do_col | do_done | do_drop
         m.d.comb += [self.head_pop.eq(pop), self.wbeat_pop.eq(pop & op.write)]
-        self.drive_issue(m, do_pre, do_act, do_col, head, self.head_id, op, do_drop, err)
+        self.drive_issue(m, do_pre, do_act, do_col, head, self.head_id, op, do_drop, err,
+                         do_mode)
         return m

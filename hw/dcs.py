@@ -97,6 +97,56 @@ class DcsController(Controller):
         m.d.sync += count.eq(count + push - pop)
         return count, slots[0]
 
+    def _issue(self, m, banks, t, ch, ih, io_op, c_valid, io_valid, c_deps, io_deps):
+        """The issue choice between the two queue heads: the compute head
+        first (its mode switch, PRE, ACT or MAC), else the I/O head; returns
+        what issued."""
+        tm = self.config.timing
+        # Modes (a device with t_modch > 0; golden.dcs): the compute head does
+        # not switch the mode while the I/O head can issue its own access in
+        # the current mode, and the I/O head switches it only while the
+        # compute queue is empty or its head waits for an unissued command.
+        io_data_ok = (~io_op.write | self.wbeat_valid) & (~io_op.read | self.credit)
+        io_reg = io_op.wr_inp | io_op.rd_out  # register accesses: no bank
+        io_switch = Signal()  # the I/O head's register access needs the other mode
+        if tm.t_modch:
+            m.d.comb += io_switch.eq(io_reg & ~banks.reg_mode)
+        io_access_ok = io_valid & Mux(
+            ih.discard, self.wbeat_valid,
+            io_reg & ~io_switch & io_deps & io_data_ok & Mux(io_op.wr_inp, banks.gb_ok,
+                                                                banks.reg_ok))
+        g_valid, g_id, _ = t.s_done(ch.cmd.gbuf_idx, True)
+        o_valid, o_id, _ = t.s_done(ch.cmd.out_idx, False)
+        c_waits_issue = ((ch.dg_valid & ~(g_valid & (g_id == ch.dg_id))) |
+                         (ch.do_valid & ~(o_valid & (o_id == ch.do_id))))
+
+        c_mode, c_pre, c_act, c_col = Signal(), Signal(), Signal(), Signal()
+        with m.If(c_valid):
+            choose(m, banks, c_pre, c_act, c_col, c_deps, do_mode=c_mode,
+                   switch_ok=~io_access_ok)
+        c_issue = c_mode | c_pre | c_act | c_col
+
+        io_mode, io_pre, io_act, io_col, io_discard = (Signal() for _ in range(5))
+        with m.If(io_valid & ~c_issue):
+            with m.If(ih.discard):
+                m.d.comb += io_discard.eq(self.wbeat_valid)
+            if tm.t_modch:  # no branch on a constant: Verilator's CASEOVERLAP
+                with m.Elif(io_switch):
+                    m.d.comb += io_mode.eq(banks.mode_ok & (~c_valid | c_waits_issue))
+            with m.Elif(~io_op.normal):  # WR-INP, RD-OUT: no bank
+                m.d.comb += io_col.eq(io_deps & io_data_ok &
+                                      Mux(io_op.wr_inp, banks.gb_ok, banks.reg_ok))
+            with m.Else():  # RD/WR: the banks serve it (the compute queue is empty)
+                choose(m, banks, io_pre, io_act, io_col, io_data_ok, do_mode=io_mode)
+
+        do_mode, do_pre, do_act, do_col = (Signal(name=n) for n in
+                                           ("do_mode", "do_pre", "do_act", "do_col"))
+        m.d.comb += [do_mode.eq(c_mode | io_mode), do_pre.eq(c_pre | io_pre),
+                     do_act.eq(c_act | io_act), do_col.eq(c_col | io_col)]
+        issued(m, banks, do_pre, do_act, c_col | (io_col & io_op.normal), do_mode,
+               io_col & io_op.wr_inp, io_col & io_op.rd_out)
+        return c_issue, c_col, io_col, io_discard, do_pre, do_act, do_col, do_mode
+
     def elaborate(self, platform):
         m = Module()
         cfg, tm = self.config, self.config.timing
@@ -137,25 +187,8 @@ class DcsController(Controller):
         cand_op = OpDecode(m, cand.opcode, "bank_cmd")
         banks = self.bank_timing(m, cand, cand_op, c_valid | (io_valid & ~ih.discard))
 
-        c_pre, c_act, c_col = Signal(), Signal(), Signal()
-        with m.If(c_valid):
-            choose(m, banks, c_pre, c_act, c_col, c_deps)
-        c_issue = c_pre | c_act | c_col
-
-        io_pre, io_act, io_col, io_discard = Signal(), Signal(), Signal(), Signal()
-        io_data_ok = (~io_op.write | self.wbeat_valid) & (~io_op.read | self.credit)
-        with m.If(io_valid & ~c_issue):
-            with m.If(ih.discard):
-                m.d.comb += io_discard.eq(self.wbeat_valid)
-            with m.Elif(~io_op.normal):  # WR-INP, RD-OUT: no bank
-                m.d.comb += io_col.eq(io_deps & io_data_ok)
-            with m.Else():  # RD/WR: the banks serve it
-                choose(m, banks, io_pre, io_act, io_col, io_data_ok)
-
-        do_pre, do_act, do_col = (Signal(name=n) for n in ("do_pre", "do_act", "do_col"))
-        m.d.comb += [do_pre.eq(c_pre | io_pre), do_act.eq(c_act | io_act),
-                     do_col.eq(c_col | io_col)]
-        issued(m, banks, do_pre, do_act, c_col | (io_col & io_op.normal))
+        c_issue, c_col, io_col, io_discard, do_pre, do_act, do_col, do_mode = self._issue(
+            m, banks, t, ch, ih, io_op, c_valid, io_valid, c_deps, io_deps)
         iss_entry = data.View(EntryLayout, Mux(c_issue, ch.as_value(), ih.as_value()))
         iss_op = OpDecode(m, iss_entry.cmd.opcode, "issue")
         m.d.comb += [pop_c.eq(c_col), pop_io.eq(io_col | io_discard),
@@ -238,7 +271,7 @@ class DcsController(Controller):
         m.d.comb += [self.compute_count.eq(c_count), self.io_count.eq(io_count),
                      self.pop_compute.eq(pop_c), self.pop_io.eq(pop_io)]
         self.drive_issue(m, do_pre, do_act, do_col, iss_entry.cmd, iss_entry.cmd_id, iss_op,
-                         dec_bad, err)
+                         dec_bad, err, do_mode)
         return m
 
 

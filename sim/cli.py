@@ -216,7 +216,7 @@ def cmd_gemv(args) -> int:
     data = {
         "config": cfg.describe(), "n_out": args.n_out, "n_in": args.n_in, "seed": args.seed,
         "commands": len(cmds), "macs": result.mac_count, "cycles": result.cycles,
-        "compute_cycles": compute_cycles,
+        "compute_cycles": compute_cycles, "mode_switches": result.mode_switches,
         "mac_utilization": round(result.mac_count * cfg.timing.t_ccd / compute_cycles, 4),
         "time_us": round(result.cycles * load_profile_data(args.profile).get("t_ck_ns", 1)
                          / 1000, 3),

@@ -18,7 +18,9 @@ the issue trace), not from the controller's tables:
   column access in the trace issues before every constraint of the timing
   table (``golden.timing``) that applies to it has elapsed, counted from
   the trace alone. The properties are generated from the table, one per
-  constraint.
+  constraint; on a device with modes, WR-INP and RD-OUT issue only in
+  register-access mode and every other command only in normal mode (the
+  mode followed from the trace's MODE entries).
 
 Inputs are free except that commands are well formed (malformed commands
 are covered by the simulation tests) and that no more than ``SLOTS``
@@ -32,8 +34,8 @@ from amaranth.hdl import Assert, Assume, Elaboratable
 from amaranth.lib import data
 
 from golden.config import ChannelConfig, Timing
-from golden.isa import Opcode
-from golden.timing import constraints
+from golden.isa import DEVICE_ACTIONS, Opcode
+from golden.timing import REGISTER_KINDS, constraints
 from hw.channel import Channel
 from hw.streams import ID_BITS, CommandLayout
 
@@ -44,9 +46,9 @@ FORMAL_CONFIG = ChannelConfig(
 #: The configuration of the ``device`` properties: two rows, so that row
 #: misses precharge and activate, and every bank-level and channel-level
 #: rule of the table longer than a cycle (one bank: no bank groups, tRRD
-#: or tFAW to tell apart from tRC).
+#: or tFAW to tell apart from tRC), and mode switching.
 DEVICE_CONFIG = FORMAL_CONFIG.replace(rows=2, t_rcd=3, t_rp=2, t_ras=3, t_ccd=2, t_rc=6,
-                                      t_rtp=2, t_wr=3, t_wtr=2)
+                                      t_rtp=2, t_wr=3, t_wtr=2, t_modch=2)
 SLOTS = 8  # ghost slots, indexed by command ID: more than can be in flight
 LIVE_BOUND = 7
 HEAD_BOUND = 6
@@ -144,7 +146,7 @@ class FormalChannel(Elaboratable):
 
         # ---- at every issue: once, in order per entry, after completion ----
         tr = dut.trace
-        issue = tr.valid & (tr.payload.opcode != Opcode.PRE) & (tr.payload.opcode != Opcode.ACT)
+        issue = tr.valid & ~Cat(tr.payload.opcode == op for op in DEVICE_ACTIONS).any()
         for k, s in enumerate(slots):
             with m.If(issue & (tr.payload.cmd_id[:slot_bits] == k)):
                 m.d.comb += [Assert(s.pending, "issue of a command not pending"),
@@ -191,9 +193,10 @@ class FormalChannel(Elaboratable):
         """Per constraint of the timing table: cycles since its preceding
         kinds last issued (the ``window`` most recent), from the trace; at
         an issue of a following kind, at least the latency."""
-        kinds = {"PRE": tr.payload.opcode == Opcode.PRE, "ACT": tr.payload.opcode == Opcode.ACT,
-                 "RD": (tr.payload.opcode == Opcode.MAC) | (tr.payload.opcode == Opcode.RD),
-                 "WR": tr.payload.opcode == Opcode.WR}
+        op = tr.payload.opcode
+        kinds = {"PRE": op == Opcode.PRE, "ACT": op == Opcode.ACT,
+                 "RD": (op == Opcode.MAC) | (op == Opcode.RD), "WR": op == Opcode.WR,
+                 "GB": op == Opcode.WR_INP, "REG": op == Opcode.RD_OUT, "MODE": op == Opcode.MODE}
         assert self.config.banks == 1  # every bank command is at the one bank (and channel)
         for c in constraints(self.config.timing):
             since = [Signal(8, init=255, name=f"{c.key}_since{k}") for k in range(c.window)]
@@ -205,3 +208,12 @@ class FormalChannel(Elaboratable):
             with m.If(tr.valid & Cat(kinds[k] for k in c.preceding).any()):
                 m.d.sync += [since[0].eq(1), *(since[k].eq(since[k - 1] + (since[k - 1] != 255))
                                                 for k in range(1, c.window))]
+        if self.config.timing.t_modch:
+            # The device's mode, from the trace: a MODE flips it; register
+            # kinds issue only in register-access mode, the rest only in
+            # normal mode.
+            register = Signal()
+            with m.If(tr.valid & kinds["MODE"]):
+                m.d.sync += register.eq(~register)
+            reg_kind = Cat(kinds[k] for k in REGISTER_KINDS).any()
+            m.d.comb += Assert(~tr.valid | kinds["MODE"] | (reg_kind == register), "mode")

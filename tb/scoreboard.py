@@ -60,7 +60,8 @@ def model_for(config: ChannelConfig | AluConfig, slice_rows: int = 0) -> Model:
 def expected_counts(model: Model, commands: list[Command] | list[int]) -> tuple[int, int]:
     """(read beats, command trace entries) a stream produces, from the
     stream alone: every command that passes the decode check issues once
-    (an ACT-AHEAD shows only as the PRE/ACT it causes) and every good read
+    (an ACT-AHEAD shows only as the PRE/ACT it causes; mode switches, PRE
+    and ACT are not command entries) and every good read
     returns one beat. The player's done condition; no model run needed."""
     n_rdata = n_trace = 0
     if isinstance(model, AluChannel):
@@ -84,7 +85,8 @@ def quiet_cycles(config: ChannelConfig | AluConfig) -> int:
     (an ACT-AHEAD's PRE and ACT), so a stray issue is still recorded."""
     t = config.timing
     return (t.t_ras + t.t_rp + t.t_rcd + t.t_faw + max(t.t_wr_inp, t.t_mac, t.t_rd_out) + 16
-            + t.t_rc + t.t_rtp + t.t_wr + t.t_wtr + t.t_ccd_l + t.t_rrd_s + t.t_rrd_l)
+            + t.t_rc + t.t_rtp + t.t_wr + t.t_wtr + t.t_ccd_l + t.t_rrd_s + t.t_rrd_l
+            + 2 * t.t_modch)
 
 
 def cycle_limit(config: ChannelConfig | AluConfig, n_commands: int, idle: float,
@@ -92,7 +94,8 @@ def cycle_limit(config: ChannelConfig | AluConfig, n_commands: int, idle: float,
     """A run that takes longer has hung: every command a row miss, slowed
     by the flow control, twice over."""
     t = config.timing
-    per_cmd = t.t_ras + t.t_rp + t.t_rcd + max(t.t_ccd, t.t_wr_inp, t.t_mac, t.t_rd_out)
+    per_cmd = (t.t_ras + t.t_rp + t.t_rcd + max(t.t_ccd, t.t_wr_inp, t.t_mac, t.t_rd_out)
+               + 2 * t.t_modch)
     slow = 1.0 / max(0.05, (1 - idle) * (1 - backpressure))
     return int(2 * slow * n_commands * per_cmd) + quiet_cycles(config) + 2000 + hold_until
 

@@ -6,7 +6,7 @@ import pytest
 from vcdvcd import VCDVCD
 
 from golden.config import POLICIES, small_config, small_hub_config
-from golden.isa import TRACE_FIELDS, Opcode, unpack
+from golden.isa import DEVICE_ACTIONS, TRACE_FIELDS, Opcode, unpack
 from sim import runner
 from sim.tools import ToolError, require_simulator
 from tests.conftest import build_group, full_run, seed_option
@@ -173,5 +173,5 @@ def test_waveform_shows_dcs_issue_out_of_program_order(wave_sim):
     when = {(op, i): t for op, i, t in issued}
     assert when[(Opcode.WR_INP, 1)] < when[(Opcode.MAC, 0)]
     assert when[(Opcode.MAC, 0)] - when[(Opcode.ACT, 0)] == small_config().timing.t_rcd
-    order = [(op, i) for op, i, _ in issued if op not in (Opcode.PRE, Opcode.ACT)]
+    order = [(op, i) for op, i, _ in issued if op not in DEVICE_ACTIONS]
     assert order != sorted(order, key=lambda e: e[1])  # not program order

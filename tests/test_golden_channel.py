@@ -22,7 +22,7 @@ from golden.config import (
     Timing,
     small_config,
 )
-from golden.isa import ErrorCode, Opcode
+from golden.isa import DEVICE_ACTIONS, ErrorCode, Opcode
 from tb.stimulus import dex_stream
 
 T = Timing(t_rcd=10, t_rp=7, t_ras=20, t_ccd=2, t_wr_inp=3, t_mac=4, t_rd_out=5)
@@ -176,6 +176,18 @@ def test_docs_worked_example():
         ("WR_INP", 1), ("ACT", 2), ("MAC", 58), ("MAC", 60), ("RD_OUT", 68)]
 
 
+def test_mode_switches_by_hand():
+    """A device with modes (docs/timing.md): WR-INP and RD-OUT in register
+    mode, the rest in normal mode; each switch is a MODE entry, after which
+    nothing issues for t_modch. The worked example above, with t_modch 32."""
+    r = ChannelModel(small_config().replace(t_modch=32)).run(
+        [wr_inp(0), mac(3, 0, 0, 0), mac(3, 1, 0, 0), rd_out(0)], wdata=[0])
+    assert [(e.opcode.name, e.cycle) for e in r.trace] == [
+        ("MODE", 1), ("WR_INP", 33),
+        ("MODE", 34), ("ACT", 66), ("MAC", 122), ("MAC", 124),
+        ("MODE", 125), ("RD_OUT", 157)]  # t_modch, not t_mac (124 + 8), sets the RD-OUT
+
+
 # ---- dual-path banks (LibraPIM DEX, docs/dual-path.md) ---------------------------
 
 DEX_TIMING = Timing(t_rcd=5, t_rp=4, t_ras=9, t_ccd=2, t_wr_inp=2, t_mac=3, t_rd_out=2)
@@ -259,7 +271,7 @@ def test_batched_macs_equal_one_mac_per_issue(policy):
     beats = iter(wdata)
     rdata = []
     for e in result.trace:
-        if e.opcode in (Opcode.PRE, Opcode.ACT):
+        if e.opcode in DEVICE_ACTIONS:
             continue
         c = cmds[e.cmd_id]
         if e.opcode == Opcode.WR_INP:

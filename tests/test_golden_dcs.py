@@ -5,7 +5,7 @@ import pytest
 
 from golden.channel import ChannelModel, Command, mac, rd, rd_out, wr, wr_inp
 from golden.config import ChannelConfig, ConfigError, Timing, small_config
-from golden.isa import ErrorCode, Opcode
+from golden.isa import DEVICE_ACTIONS, ErrorCode, Opcode
 from tb.stimulus import gemv_problem, random_stream
 
 T = Timing(t_rcd=10, t_rp=6, t_ras=12, t_ccd=2, t_wr_inp=5, t_mac=7, t_rd_out=3)
@@ -90,9 +90,9 @@ def test_data_and_errors_do_not_depend_on_the_policy(seed, depths):
         assert r.rdata == static.rdata, policy
         assert r.errors == static.errors and r.status == static.status, policy
         # every good command issues exactly once
-        issued = sorted(e.cmd_id for e in r.trace if e.opcode not in (Opcode.PRE, Opcode.ACT))
+        issued = sorted(e.cmd_id for e in r.trace if e.opcode not in DEVICE_ACTIONS)
         assert issued == sorted(e.cmd_id for e in static.trace
-                                if e.opcode not in (Opcode.PRE, Opcode.ACT)), policy
+                                if e.opcode not in DEVICE_ACTIONS), policy
 
 
 def test_dcs_is_faster_than_static_on_a_gemv():
@@ -106,7 +106,7 @@ def test_dcs_is_faster_than_static_on_a_gemv():
 
 def test_normal_access_is_a_fence():
     r = run(OPEN + [wr(1, 2, 0), mac(2, 0, 0, 0), rd(1, 2, 0)])
-    order = [(e.cmd_id, e.opcode) for e in r.trace if e.opcode not in (Opcode.PRE, Opcode.ACT)]
+    order = [(e.cmd_id, e.opcode) for e in r.trace if e.opcode not in DEVICE_ACTIONS]
     assert order == [(0, Opcode.MAC), (1, Opcode.WR), (2, Opcode.MAC), (3, Opcode.RD)]
 
 
@@ -157,6 +157,28 @@ def test_pingpong_hands_over_only_when_both_halves_are_idle():
     static = run(OPEN + [wr_inp(2), mac(0, 1, 0, 0)], cfg=CFG.replace(policy="static"),
                  later=1)  # one region: the same wait, by the static rule
     assert cycle_of(static, 2, Opcode.MAC) == cycle_of(static, 1, Opcode.WR_INP) + T.t_wr_inp
+
+
+def test_dcs_groups_commands_by_mode():
+    """A device with modes (t_modch 5): WR-INP and RD-OUT need register
+    mode, MACs normal mode. The I/O head switches to register mode because
+    the compute head waits for it (an unissued WR-INP); the compute head
+    then does not switch back while the I/O head can still issue: three
+    more register accesses go first, and one switch serves them all."""
+    cfg = small_config().replace(t_modch=5, policy="dcs")
+    cmds = [mac(3, 0, 1, 1), wr_inp(0), mac(3, 1, 0, 0), wr_inp(2), wr_inp(3), rd_out(1)]
+    r = ChannelModel(cfg).run(cmds, [0, 0, 0], cmd_arrivals=[0] + [100] * 5)
+    assert [(e.cmd_id, e.opcode.name, e.cycle) for e in r.trace] == [
+        (0, "ACT", 2), (0, "MAC", 58),
+        (1, "MODE", 102), (1, "WR_INP", 107),  # t_modch after the switch
+        (3, "WR_INP", 108), (4, "WR_INP", 109), (5, "RD_OUT", 110),  # still register mode
+        (2, "MODE", 111), (2, "MAC", 116)]  # the WR-INP completes at 107 + t_wr_inp = 111
+    # the I/O head does not switch while the compute head only waits for time
+    r = ChannelModel(cfg.replace(t_modch=32)).run(
+        [wr_inp(0), mac(3, 0, 0, 0), mac(3, 1, 0, 0), rd_out(0)], [0])
+    assert [(e.opcode.name, e.cycle) for e in r.trace] == [
+        ("MODE", 2), ("WR_INP", 34), ("MODE", 35), ("ACT", 67), ("MAC", 123), ("MAC", 125),
+        ("MODE", 126), ("RD_OUT", 158)]  # no switch while the MACs wait tRCD and tCCD
 
 
 def test_stale_s_table_id_is_not_taken_for_a_new_command_with_the_same_id():

@@ -14,7 +14,7 @@ from golden.isa import Opcode
 from golden.timing import RULES, Constraint, constraints, table
 
 T = Timing(t_rcd=5, t_rp=4, t_ras=9, t_ccd=2, t_wr_inp=2, t_mac=3, t_rd_out=2, t_faw=30,
-           t_rc=16, t_rtp=7, t_wr=9, t_wtr=6, t_ccd_l=4, t_rrd_s=3, t_rrd_l=5)
+           t_rc=16, t_rtp=7, t_wr=9, t_wtr=6, t_ccd_l=4, t_rrd_s=3, t_rrd_l=5, t_modch=11)
 UNITS, GROUPS = 8, 2  # banks 0-3 in group 0, 4-7 in group 1
 
 #: per constraint key: the commands issued (cycle, kind, bank, row) and the
@@ -34,7 +34,10 @@ CASES = {
     "t_rrd_l": ([(0, "ACT", 0, 1)], ("ACT", 1, 1), 5),
     "t_faw": ([(0, "ACT", 0, 1), (3, "ACT", 4, 1), (6, "ACT", 1, 1), (9, "ACT", 5, 1)],
               ("ACT", 2, 1), 30),
+    "t_modch": ([(0, "MODE", 0, 0)], ("ACT", 0, 1), 11),
 }
+#: the mode switch holds back every kind, the register accesses included
+MODE_FOLLOWERS = ("PRE", "ACT", "RD", "WR", "GB", "REG", "MODE")
 
 
 def golden_earliest(key: str, timing: Timing = T) -> int:
@@ -63,6 +66,30 @@ def test_the_case_depends_on_its_constraint(key):
     assert golden_earliest(key, longer) == CASES[key][2] + 1
 
 
+@pytest.mark.parametrize("kind", MODE_FOLLOWERS)
+def test_a_mode_switch_holds_back_every_kind(kind):
+    timer = BankTimer(UNITS, T, bank_groups=GROUPS)
+    timer.apply("MODE", [], 4, 0)
+    banks = [] if kind in ("GB", "REG", "MODE") else [0]
+    assert timer.earliest(kind, banks) == 4 + T.t_modch
+
+
+def test_modes_decide_the_next_action():
+    """A device with modes starts in normal mode; WR-INP and RD-OUT need
+    register-access mode, the rest normal mode: the next action is a MODE
+    switch when the device is in the other one."""
+    from golden.streams import mac, rd_out, wr_inp
+
+    timer = BankTimer(UNITS, T, bank_groups=GROUPS)
+    assert timer.next_action(Opcode.WR_INP, wr_inp(0)) == (Opcode.MODE, [])
+    assert timer.next_action(Opcode.MAC, mac(1, 0, 0, 0))[0] == Opcode.ACT
+    timer.apply(Opcode.MODE, [], 0, 0)
+    assert timer.next_action(Opcode.RD_OUT, rd_out(0)) is None
+    assert timer.next_action(Opcode.MAC, mac(1, 0, 0, 0)) == (Opcode.MODE, [])
+    no_modes = BankTimer(UNITS, dataclasses.replace(T, t_modch=0), bank_groups=GROUPS)
+    assert no_modes.next_action(Opcode.WR_INP, wr_inp(0)) is None
+
+
 def test_optional_constraints_leave_the_table_when_zero():
     off = dataclasses.replace(T, **dict.fromkeys(OPTIONAL_TIMING, 0))
     assert [r["key"] for r in table(off)] == ["t_ras", "t_rp", "t_rcd", "t_ccd"]
@@ -70,8 +97,9 @@ def test_optional_constraints_leave_the_table_when_zero():
 
 
 def test_opcodes_map_to_kinds():
-    assert [kind_of(op) for op in (Opcode.PRE, Opcode.ACT, Opcode.WR, Opcode.RD, Opcode.MAC)] \
-        == ["PRE", "ACT", "WR", "RD", "RD"]
+    ops = (Opcode.PRE, Opcode.ACT, Opcode.WR, Opcode.RD, Opcode.MAC, Opcode.WR_INP,
+           Opcode.RD_OUT, Opcode.MODE)
+    assert [kind_of(op) for op in ops] == ["PRE", "ACT", "WR", "RD", "RD", "GB", "REG", "MODE"]
     with pytest.raises(ValueError, match="command kind 'COL'"):
         kind_of("COL")
 
@@ -79,8 +107,8 @@ def test_opcodes_map_to_kinds():
 def test_bad_constraints_are_refused():
     with pytest.raises(ValueError, match="level 'rank'"):
         Constraint("t_x", "rank", ("ACT",), ("PRE",), 3)
-    with pytest.raises(ValueError, match="command kind 'REF'"):
-        Constraint("t_x", "bank", ("REF",), ("ACT",), 3)
+    with pytest.raises(ValueError, match="command kind 'REFRESH'"):
+        Constraint("t_x", "bank", ("REFRESH",), ("ACT",), 3)
     with pytest.raises(ValueError, match="level 'rank'"):
         Constraint("t_x", "rank", ("ACT",), ("ACT",), 3)
     with pytest.raises(ValueError, match="latency and window"):

@@ -144,18 +144,42 @@ def test_every_constraint_blocks_until_its_latency(key):
     """tests/test_golden_timing.py's directed case of each constraint on the
     RTL: the probe is refused one cycle before the constraint's earliest
     cycle and allowed at it (Ramulator 2.1's device-timing form)."""
-    issued, (kind, bank, row), expect = timing_cases.CASES[key]
+    _run_case(*timing_cases.CASES[key])
+
+
+@pytest.mark.parametrize("kind", timing_cases.MODE_FOLLOWERS)
+def test_a_mode_switch_holds_back_every_kind(kind):
+    """After a MODE switch at cycle 0 nothing issues for t_modch, the
+    register accesses (GB: WR-INP, REG: RD-OUT) and another switch included."""
+    bank = 0 if kind in ("PRE", "RD", "WR") else 1
+    opened = [(0, "ACT", bank, 3)] if kind in ("PRE", "RD", "WR") else []
+    switch = 30  # past every rule of the ACT
+    row = {"PRE": 4, "RD": 3, "WR": 3}.get(kind, 2)  # PRE: a miss; RD, WR: the open row
+    _run_case([*opened, (switch, "MODE", 0, 0)], (kind, bank, row),
+              switch + timing_cases.T.t_modch)
+
+
+def _run_case(issued, probe, expect):
+    """Issue ``issued`` (cycle, kind, unit, row) on BankTiming and check that
+    the probe (kind, unit, row) is refused one cycle before ``expect`` and
+    allowed at it."""
+    kind, bank, row = probe
     dut = BankTiming(timing_cases.UNITS, 8, timing_cases.T, bank_groups=timing_cases.GROUPS)
-    flag = {"PRE": dut.pre_ok, "ACT": dut.act_ok, "RD": dut.col_ok, "WR": dut.col_ok}
-    do = {"PRE": dut.do_pre, "ACT": dut.do_act, "RD": dut.do_col, "WR": dut.do_col}
+    flag = {"PRE": dut.pre_ok, "ACT": dut.act_ok, "RD": dut.col_ok, "WR": dut.col_ok,
+            "GB": dut.gb_ok, "REG": dut.reg_ok, "MODE": dut.mode_ok}
+    do = {"PRE": dut.do_pre, "ACT": dut.do_act, "RD": dut.do_col, "WR": dut.do_col,
+          "GB": dut.do_gb, "REG": dut.do_reg, "MODE": dut.do_mode}
     seen = {}
 
     async def bench(ctx):
         def present(k, b, r):
-            ctx.set(dut.touched, 1 << b)
+            unitless = k in ("GB", "REG", "MODE")
+            ctx.set(dut.touched, 0 if unitless else 1 << b)
             ctx.set(dut.row, r)
             ctx.set(dut.as_set, 0)
             ctx.set(dut.col_write, k == "WR")
+            ctx.set(dut.col_gb, k == "GB")
+            ctx.set(dut.col_reg, k == "REG")
             want = {"PRE": dut.pre_mask, "ACT": dut.act_mask}
             if k in want:
                 assert ctx.get(want[k]) == 1 << b, (k, b, r)
@@ -168,7 +192,7 @@ def test_every_constraint_blocks_until_its_latency(key):
                 await ctx.tick()
                 cycle += 1
             present(k, b, r)
-            assert ctx.get(flag[k]), (key, cycle, k)
+            assert ctx.get(flag[k]), (issued, cycle, k)
             ctx.set(do[k], 1)
             await ctx.tick()
             cycle += 1

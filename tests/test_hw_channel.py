@@ -93,9 +93,9 @@ def test_random_streams_every_policy(cfg, seed):
     assert got["status"] == (ref.status.err_code, ref.status.err_id, ref.status.err_count)
 
 
-#: every optional device rule on (docs/timing.md), two bank groups
+#: every optional device rule on (docs/timing.md), two bank groups, modes
 RULES_CFG = CFG.replace(banks=4, bank_groups=2, t_rc=16, t_rtp=7, t_wr=9, t_wtr=6, t_ccd_l=4,
-                        t_rrd_s=3, t_rrd_l=5, t_faw=30)
+                        t_rrd_s=3, t_rrd_l=5, t_faw=30, t_modch=11)
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -107,8 +107,9 @@ def test_random_streams_with_every_device_rule(policy):
     rng = np.random.default_rng(5)
     cmds, wdata = random_stream(config, 150, rng, bad=0.02)
     idle = [c for c in range(3000) if rng.random() < 0.1]
-    got, ref = check_against_golden(config, cmds, wdata, idle=idle, max_cycles=8000)
+    got, ref = check_against_golden(config, cmds, wdata, idle=idle, max_cycles=20000)
     assert sum(t.opcode == Opcode.WR for t in ref.trace) > 5  # writes, for tWR and tWTR
+    assert sum(t.opcode == Opcode.MODE for t in ref.trace) > 10  # mode switches
 
 
 DEX_CFG = CFG.replace(rows=8, dual_path=True, t_faw=60)

@@ -13,7 +13,7 @@ from amaranth import Module
 from golden.channel import mac, rd_out, wr_inp
 from golden.config import ChannelConfig, Timing
 from golden.dcs import table_bits
-from golden.isa import Opcode
+from golden.isa import DEVICE_ACTIONS, Opcode
 from hw.dcs import Tables
 from tb.stimulus import random_stream
 from tests.test_hw_channel import beats, check_against_golden
@@ -32,7 +32,25 @@ def test_hazard_dense_streams(seed):
     idle = [c for c in range(2000) if rng.random() < 0.15]
     stall = [c for c in range(2000) if rng.random() < 0.2]
     got, ref = check_against_golden(CFG, cmds, wdata, idle=idle, stall=stall, max_cycles=6000)
-    order = [e.cmd_id for e in ref.trace if e.opcode not in (Opcode.PRE, Opcode.ACT)]
+    order = [e.cmd_id for e in ref.trace if e.opcode not in DEVICE_ACTIONS]
+    assert order != sorted(order), "nothing issued out of order"
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_hazard_dense_streams_with_modes(seed):
+    """The same with the device's modes (t_modch): the compute head does not
+    switch while the I/O head can issue, the I/O head switches only while
+    the compute head waits for an unissued command (golden.dcs); trace and
+    data as golden (tests/test_golden_dcs.py has the rule by hand)."""
+    cfg = CFG.replace(t_modch=7)
+    rng = np.random.default_rng(seed)
+    cmds, wdata = random_stream(cfg, 120, rng, bad=0.02, shape="dense")
+    idle = [c for c in range(6000) if rng.random() < 0.15]
+    stall = [c for c in range(6000) if rng.random() < 0.2]
+    got, ref = check_against_golden(cfg, cmds, wdata, idle=idle, stall=stall,
+                                    max_cycles=12000)
+    assert sum(e.opcode == Opcode.MODE for e in ref.trace) > 10
+    order = [e.cmd_id for e in ref.trace if e.opcode not in DEVICE_ACTIONS]
     assert order != sorted(order), "nothing issued out of order"
 
 

@@ -35,7 +35,8 @@ def dcs_utilization(profile: str = "gddr6-aim", tokens: int = 512, obuf_entries:
             util = bound["macs"] * cfg.timing.t_ccd / r.cycles
             row["policies"][policy] = {
                 "cycles": r.cycles, "mac_utilization": round(util, 4),
-                "of_bound": round(util / bound["utilization_bound"], 4)}
+                "of_bound": round(util / bound["utilization_bound"], 4),
+                "mode_switches": r.mode_switches}
         if row["policies"]["dcs"]["of_bound"] < 0.9:
             # further than 10 % from the bound: how deep must the queues be?
             row["dcs_queue_depth_sensitivity"] = {
@@ -53,7 +54,10 @@ def dcs_utilization(profile: str = "gddr6-aim", tokens: int = 512, obuf_entries:
                                   "reference_bytes": 576},
             "queue_depths": {"io": cfg.io_depth, "compute": cfg.compute_depth},
             "mac_utilization": "MACs x tCCD / cycles; of_bound: utilization / utilization_bound",
-            "dcs_slower_than_a_baseline": slower, "rows": rows,
+            "dcs_slower_than_a_baseline": slower,
+            "mode_switches": {p: sum(r["policies"][p]["mode_switches"] for r in rows)
+                              for p in POLICIES},
+            "rows": rows,
             "wall_s": round(time.perf_counter() - started, 2)}
 
 
