@@ -113,6 +113,9 @@ class AluConfig:
         if self.timing.t_ccd < 2:
             raise ValueError("t_ccd must be >= 2: a LD's register write lands the cycle "
                              "after its issue, before the next column command")
+        if self.timing.t_refi or self.timing.t_modch:
+            raise ValueError("the ALU channel models neither refresh nor mode switching "
+                             "(t_refi and t_modch must be 0)")
 
     @property
     def banks(self) -> int:

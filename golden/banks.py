@@ -18,8 +18,8 @@ def kind_of(op) -> str:
         if op not in KINDS:
             raise ValueError(f"command kind {op!r} is not one of {KINDS}")
         return op
-    return {Opcode.PRE: "PRE", Opcode.ACT: "ACT", Opcode.MODE: "MODE", Opcode.WR: "WR",
-            Opcode.WR_INP: "GB", Opcode.RD_OUT: "REG"}.get(op, "RD")
+    return {Opcode.PRE: "PRE", Opcode.ACT: "ACT", Opcode.MODE: "MODE", Opcode.REF: "REF",
+            Opcode.WR: "WR", Opcode.WR_INP: "GB", Opcode.RD_OUT: "REG"}.get(op, "RD")
 
 
 class BankTimer:
@@ -62,6 +62,9 @@ class BankTimer:
         self.open_row: list[int | None] = [None] * units
         self.modes = timing.t_modch > 0
         self.register_mode = False  # normal mode after reset
+        self.t_refi = timing.t_refi
+        #: the cycle the next refresh falls due (every t_refi from reset)
+        self.refresh_due = timing.t_refi if timing.t_refi else None
         self.rules = constraints(timing)
         count = {"channel": 1, "bankgroup": bank_groups, "bank": units}
         #: per constraint, per level instance: the last ``window`` preceding cycles
@@ -81,6 +84,22 @@ class BankTimer:
         if op in (Opcode.RD, Opcode.WR, Opcode.ACT_AHEAD):
             return [self.unit(cmd.bank, cmd.row)]
         return []
+
+    def refresh_pending(self, cycle: int) -> bool:
+        """A refresh is due at ``cycle`` and has not issued: it has the
+        command bus until its REF issues."""
+        return self.refresh_due is not None and cycle >= self.refresh_due
+
+    def refresh_action(self) -> tuple[Opcode, list[int]]:
+        """The pending refresh's next action: a switch to normal mode, the
+        PRE of every open unit (one all-bank command), or the REF of every
+        unit."""
+        if self.modes and self.register_mode:
+            return Opcode.MODE, []
+        open_units = [u for u, r in enumerate(self.open_row) if r is not None]
+        if open_units:
+            return Opcode.PRE, open_units
+        return Opcode.REF, list(range(len(self.open_row)))
 
     def needs_mode_switch(self, op) -> bool:
         """The device is in the other mode than ``op`` needs."""
@@ -138,6 +157,9 @@ class BankTimer:
         k = kind_of(kind)
         if k == "MODE":
             self.register_mode = not self.register_mode
+        elif k == "REF":
+            assert cycle < self.refresh_due + self.t_refi, "two refreshes due at once"
+            self.refresh_due += self.t_refi
         for b in banks:
             if k == "PRE":
                 self.open_row[b] = None

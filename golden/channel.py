@@ -71,7 +71,7 @@ from golden import numerics
 from golden.banks import BankTimer
 from golden.config import ChannelConfig
 from golden.dcs import run_dynamic
-from golden.isa import CHANNEL_OPCODES, LANES, ErrorCode, Opcode
+from golden.isa import CHANNEL_OPCODES, LANES, REFRESH_ID, ErrorCode, Opcode
 from golden.streams import (
     CMD_ID_MOD,
     ERR_COUNT_MAX,
@@ -254,6 +254,41 @@ class ChannelModel:
             return 0, 0
         return int(cmd.gbuf_idx >= cfg.gbuf_entries // 2), int(cmd.out_idx >= cfg.obuf_entries // 2)
 
+    @staticmethod
+    def _in_order_wait(op, g, o, gbuf_write, obuf_mac, obuf_read, mac_halves, streams) -> int:
+        """The cycle the in-order controllers' access rules (and its write
+        beat, its read credit) allow the access of ``op``."""
+        earliest = 0
+        if op == Opcode.WR_INP:
+            earliest = gbuf_write[g]
+        elif op == Opcode.MAC:
+            earliest = max(gbuf_write[g], obuf_read[o])
+            if mac_halves is not None and (g, o) != mac_halves:  # hand-off: both idle
+                earliest = max(earliest, *gbuf_write, *obuf_mac, *obuf_read)
+        elif op == Opcode.RD_OUT:
+            earliest = max(obuf_mac[o], obuf_read[o])
+        if op in _WRITES:
+            earliest = max(earliest, streams.wdata_ready())
+        if op in _READS:
+            earliest = max(earliest, streams.read_credit_ready())
+        return earliest
+
+    @staticmethod
+    def _refresh(banks: BankTimer, streams: Streams) -> int:
+        """Issue the due refresh from its due cycle (nothing else issues
+        while it is pending): a switch to normal mode, the PRE of the open
+        rows, the REF, each at its earliest. Returns the cycle after the
+        REF."""
+        t = banks.refresh_due
+        while True:
+            kind, targets = banks.refresh_action()
+            c = max(t, banks.earliest(kind, targets))
+            banks.apply(kind, targets, c, 0)
+            streams.trace.append(TraceEntry(REFRESH_ID, kind, c))
+            t = c + 1
+            if kind == Opcode.REF:
+                return t
+
     def _run_in_order(self, streams: Streams) -> RunResult:
         """The static and ping-pong policies: strictly in order, each
         command's column action waiting for the accesses it depends on (the
@@ -277,32 +312,31 @@ class ChannelModel:
                 continue
             op = Opcode(cmd.opcode)
             g, o = self._halves(cmd)
-            while (action := banks.next_action(op, cmd)) is not None:
-                kind, targets = action
-                c = max(t, banks.earliest(kind, targets))
+            while True:  # the actions, then the access; a due refresh goes first
+                action = banks.next_action(op, cmd)
+                if action is not None:
+                    kind, targets = action
+                    c = max(t, banks.earliest(kind, targets))
+                elif op == Opcode.ACT_AHEAD:  # the row is open: it ends in cycle t, untraced
+                    c = t
+                else:
+                    kind, targets = op, banks.touched(op, cmd)
+                    c = max(t, banks.earliest(op, targets), self._in_order_wait(
+                        op, g, o, gbuf_write, obuf_mac, obuf_read, mac_halves, streams))
+                if banks.refresh_pending(c):
+                    t = max(t, self._refresh(banks, streams))
+                    continue
+                if action is None:
+                    break
                 banks.apply(kind, targets, c, cmd.row)
                 streams.trace.append(TraceEntry(cmd_id, kind, c))
                 t = c + 1
-            if op == Opcode.ACT_AHEAD:  # the row is open: it ends in cycle t, untraced
+            if op == Opcode.ACT_AHEAD:
                 free = t + 1
                 continue
-            earliest = banks.earliest(op, banks.touched(op, cmd))
-            if op == Opcode.WR_INP:
-                earliest = max(earliest, gbuf_write[g])
-            elif op == Opcode.MAC:
-                earliest = max(earliest, gbuf_write[g], obuf_read[o])
-                if mac_halves is not None and (g, o) != mac_halves:  # hand-off: both idle
-                    earliest = max(earliest, *gbuf_write, *obuf_mac, *obuf_read)
+            if op == Opcode.MAC:
                 mac_halves = (g, o)
-            elif op == Opcode.RD_OUT:
-                earliest = max(earliest, obuf_mac[o], obuf_read[o])
-            beat = None
-            if op in _WRITES:
-                ready, beat = streams.take_wdata()
-                earliest = max(earliest, ready)
-            if op in _READS:
-                earliest = max(earliest, streams.read_credit_ready())
-            c = max(t, earliest)
+            beat = streams.take_wdata()[1] if op in _WRITES else None
             banks.apply(op, banks.touched(op, cmd), c, cmd.row)
             streams.trace.append(TraceEntry(cmd_id, op, c))
             if op == Opcode.WR_INP:

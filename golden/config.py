@@ -56,11 +56,24 @@ class Timing:
     #: register-access mode (WR-INP, RD-OUT): nothing issues for t_modch
     #: cycles after one. 0: the device has no modes.
     t_modch: int = 0
+    #: Periodic all-bank refresh: one falls due every t_refi cycles (from
+    #: reset); the controller closes the open rows and issues REF, and no
+    #: ACT follows for t_rfc. 0: no refresh.
+    t_refi: int = 0
+    t_rfc: int = 0
 
 
 #: Timing keys a profile may leave out, with the value that turns them off.
 OPTIONAL_TIMING = dict.fromkeys(("t_faw", "t_rc", "t_rtp", "t_wr", "t_wtr", "t_ccd_l", "t_rrd_s",
-                                  "t_rrd_l", "t_modch"), 0)
+                                  "t_rrd_l", "t_modch", "t_refi", "t_rfc"), 0)
+
+
+def refresh_bound(t: Timing) -> int:
+    """Cycles within which a due refresh has issued, at most: a mode
+    switch, the wait to precharge, the wait to refresh, and a cycle each.
+    ``t_refi`` must exceed it, so one refresh is due at a time."""
+    return (2 * t.t_modch + max(t.t_ras, t.t_rtp, t.t_wr, t.t_ccd) + max(t.t_rp, t.t_rc, t.t_rfc)
+            + 4)
 
 
 @dataclass(frozen=True)
@@ -132,6 +145,13 @@ class ChannelConfig:
             if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= 4096:
                 raise ConfigError(f"timing.{key} must be an integer in [{lo}, 4096], "
                                   f"not {value!r}")
+        t = self.timing
+        if (t.t_refi == 0) != (t.t_rfc == 0):
+            raise ConfigError(f"timing.t_refi and timing.t_rfc go together (refresh on: both > 0, "
+                              f"off: both 0), not {t.t_refi} and {t.t_rfc}")
+        if t.t_refi and t.t_refi <= refresh_bound(t):
+            raise ConfigError(f"timing.t_refi={t.t_refi} must exceed {refresh_bound(t)}, the "
+                              f"cycles a due refresh can wait (one refresh due at a time)")
 
     def replace(self, **changes) -> ChannelConfig:
         timing = {k: changes.pop(k) for k in list(changes) if hasattr(self.timing, k)}
@@ -148,7 +168,7 @@ class ChannelConfig:
             text += f" tFAW {t.t_faw}"
         extra = {"tRC": t.t_rc, "tRTP": t.t_rtp, "tWR": t.t_wr, "tWTR": t.t_wtr,
                  "tCCD_L": t.t_ccd_l, "tRRD_S": t.t_rrd_s, "tRRD_L": t.t_rrd_l,
-                 "nMODCH": t.t_modch}
+                 "nMODCH": t.t_modch, "tREFI": t.t_refi, "tRFC": t.t_rfc}
         text += "".join(f" {k} {v}" for k, v in extra.items() if v)
         if self.bank_groups > 1:
             text += f", {self.bank_groups} bank groups"

@@ -56,7 +56,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from golden.banks import BankTimer
-from golden.isa import ErrorCode, Opcode
+from golden.isa import REFRESH_ID, ErrorCode, Opcode
 from golden.streams import CMD_ID_MOD, Command, Streams, TraceEntry
 
 _IO = (Opcode.WR_INP, Opcode.RD_OUT, Opcode.RD, Opcode.WR)
@@ -260,6 +260,16 @@ def run_dynamic(model, streams: Streams):
         q.popleft()
         return True
 
+    def try_refresh(now: int) -> bool:
+        """Issue the due refresh's next action (mode switch, PRE of the open
+        rows, REF) if the device rules allow it now."""
+        kind, targets = banks.refresh_action()
+        if later(banks.earliest(kind, targets)):
+            return False
+        banks.apply(kind, targets, now, 0)
+        streams.trace.append(TraceEntry(REFRESH_ID, kind, now))
+        return True
+
     def dependency(d_table, s_table, idx: int, cmd_id: int, now: int) -> int | None:
         """Decode: read the D-Table (dropping a DID that has completed),
         clear a stale S-Table alias of the new ID, write the new ID."""
@@ -279,9 +289,15 @@ def run_dynamic(model, streams: Streams):
         # the I/O head can issue its own access in the current mode, and the
         # I/O head switches it only while the compute queue is empty or its
         # head waits for a command that has not issued (an I/O command).
-        progressed = (try_issue(compute_q, c, switch_ok=not access_ready(io_q, c))
-                      or try_issue(io_q, c, switch_ok=not compute_q
-                                   or waits_for_issue(compute_q[0])))
+        # A due refresh has the command bus until its REF issues (decode goes on).
+        if banks.refresh_pending(c):
+            progressed = try_refresh(c)
+        else:
+            if banks.refresh_due is not None:
+                later(banks.refresh_due)
+            progressed = (try_issue(compute_q, c, switch_ok=not access_ready(io_q, c))
+                          or try_issue(io_q, c, switch_ok=not compute_q
+                                       or waits_for_issue(compute_q[0])))
 
         if (i < n and not later(streams.cmd_arrivals[i] + 1) and not later(fifo_visible)
                 and not fence and i - oldest < WINDOW):

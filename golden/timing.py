@@ -18,7 +18,8 @@ read; WR and the ALU channel's ST write), ``GB`` and ``REG`` (WR-INP's
 global-buffer write and RD-OUT's read of the MAC results: the device's
 register accesses, which touch no bank) and ``MODE`` (the switch between
 the device's normal and register-access modes, on a device that has them:
-``t_modch`` > 0). Levels: ``channel`` (one instance), ``bankgroup`` (one per
+``t_modch`` > 0) and ``REF`` (an all-bank refresh, at every unit, on a
+device with ``t_refi`` > 0). Levels: ``channel`` (one instance), ``bankgroup`` (one per
 bank group) and ``bank`` (one per row-buffer unit: a bank, or a partition
 of a dual-path bank).
 """
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-KINDS = ("PRE", "ACT", "RD", "WR", "GB", "REG", "MODE")
+KINDS = ("PRE", "ACT", "RD", "WR", "GB", "REG", "MODE", "REF")
 COLUMN = ("RD", "WR")
 #: Kinds that need the device's register-access mode (the rest but MODE
 #: need normal mode), on a device with modes.
@@ -65,8 +66,8 @@ class Constraint:
 #: leaves its row out of the table.
 RULES = (
     ("t_ras", "bank", ("ACT",), ("PRE",), 1),  # ACT to PRE of the same bank
-    ("t_rp", "bank", ("PRE",), ("ACT",), 1),  # PRE to ACT of the same bank
-    ("t_rc", "bank", ("ACT",), ("ACT",), 1),  # ACT to ACT of the same bank
+    ("t_rp", "bank", ("PRE",), ("ACT", "REF"), 1),  # PRE to ACT (or REF) of the same bank
+    ("t_rc", "bank", ("ACT",), ("ACT", "REF"), 1),  # ACT to ACT (or REF) of the same bank
     ("t_rcd", "bank", ("ACT",), COLUMN, 1),  # ACT to a column access of the bank
     ("t_rtp", "bank", ("RD",), ("PRE",), 1),  # a read to PRE of the bank
     ("t_wr", "bank", ("WR",), ("PRE",), 1),  # a write to PRE of the bank (write recovery)
@@ -77,6 +78,7 @@ RULES = (
     ("t_rrd_l", "bankgroup", ("ACT",), ("ACT",), 1),  # ACT to ACT in a bank group
     ("t_faw", "channel", ("ACT",), ("ACT",), 4),  # at most four ACTs in a window
     ("t_modch", "channel", ("MODE",), KINDS, 1),  # a mode switch, then nothing for t_modch
+    ("t_rfc", "channel", ("REF",), ("ACT", "REF"), 1),  # a refresh, then no ACT for t_rfc
 )
 
 

@@ -95,10 +95,11 @@ class BankTiming(wiring.Component):
             "row": In(FIELDS["row"].width), "touched": In(units), "as_set": In(1),
             "col_write": In(1), "col_gb": In(1), "col_reg": In(1), "do_pre": In(1),
             "do_act": In(1), "do_col": In(1), "do_mode": In(1), "do_gb": In(1),
-            "do_reg": In(1),
+            "do_reg": In(1), "do_ref": In(1),
             "pre_mask": Out(units), "act_mask": Out(units),
             "pre_ok": Out(1), "act_ok": Out(1), "col_ok": Out(1), "mode_ok": Out(1),
             "gb_ok": Out(1), "reg_ok": Out(1), "reg_mode": Out(1), "mode_switch": Out(1),
+            "ref_pending": Out(1), "ref_ok": Out(1),
             "open": Out(units),
         })
 
@@ -112,11 +113,29 @@ class BankTiming(wiring.Component):
         row_hit = Signal(B)
         m.d.comb += row_hit.eq(Cat(open_[b] & (open_row[b] == row) for b in range(B)))
         pre_mask, act_mask = self.pre_mask, self.act_mask
-        with m.If(self.as_set):
-            m.d.comb += pre_mask.eq(Mux((row_hit & touched) != touched, open_ & touched, 0))
-        with m.Else():
-            m.d.comb += pre_mask.eq(touched & open_ & ~row_hit)
-        m.d.comb += act_mask.eq(touched & ~open_)
+        refresh = self.timing.t_refi > 0
+        if refresh:  # a due refresh: its PRE closes every open unit, no ACT
+            with m.If(self.ref_pending):
+                m.d.comb += pre_mask.eq(open_)
+            with m.Elif(self.as_set):
+                m.d.comb += pre_mask.eq(Mux((row_hit & touched) != touched, open_ & touched, 0))
+            with m.Else():
+                m.d.comb += pre_mask.eq(touched & open_ & ~row_hit)
+            m.d.comb += act_mask.eq(Mux(self.ref_pending, 0, touched & ~open_))
+            # one falls due every t_refi cycles from reset, pending until its REF
+            refi = Signal(range(self.timing.t_refi), name="refi_cnt", init=self.timing.t_refi - 1)
+            with m.If(refi == 0):
+                m.d.sync += [refi.eq(self.timing.t_refi - 1), self.ref_pending.eq(1)]
+            with m.Else():
+                m.d.sync += refi.eq(refi - 1)
+                with m.If(self.do_ref):
+                    m.d.sync += self.ref_pending.eq(0)
+        else:
+            with m.If(self.as_set):
+                m.d.comb += pre_mask.eq(Mux((row_hit & touched) != touched, open_ & touched, 0))
+            with m.Else():
+                m.d.comb += pre_mask.eq(touched & open_ & ~row_hit)
+            m.d.comb += act_mask.eq(touched & ~open_)
         with m.If(self.do_pre):
             m.d.sync += open_.eq(open_ & ~pre_mask)
         with m.If(self.do_act):
@@ -131,10 +150,10 @@ class BankTiming(wiring.Component):
         col = self.do_col & col_cmd
         none = Const(0, B)  # the register accesses and MODE touch no unit
         units = {"PRE": pre_mask, "ACT": act_mask, "RD": touched, "WR": touched,
-                 "GB": none, "REG": none, "MODE": none}
+                 "GB": none, "REG": none, "MODE": none, "REF": Const((1 << B) - 1, B)}
         issues = {"PRE": self.do_pre, "ACT": self.do_act, "RD": col & ~self.col_write,
                   "WR": col & self.col_write, "GB": self.do_gb, "REG": self.do_reg,
-                  "MODE": self.do_mode}
+                  "MODE": self.do_mode, "REF": self.do_ref}
         ok = {kind: [] for kind in KINDS}
         for c in constraints(self.timing):
             self._constraint(m, c, units, issues, ok, col_cmd)
@@ -146,12 +165,26 @@ class BankTiming(wiring.Component):
                      self.col_ok.eq(Mux(self.col_gb, met("GB"), Mux(self.col_reg, met("REG"),
                                     Mux(self.col_write, met("WR"), met("RD"))))),
                      self.mode_ok.eq(met("MODE")), self.gb_ok.eq(met("GB")),
-                     self.reg_ok.eq(met("REG"))]
+                     self.reg_ok.eq(met("REG")), self.ref_ok.eq(met("REF"))]
         if self.timing.t_modch:  # the device's modes (golden.banks.BankTimer)
             with m.If(self.do_mode):
                 m.d.sync += self.reg_mode.eq(~self.reg_mode)
             m.d.comb += self.mode_switch.eq((self.col_gb | self.col_reg) != self.reg_mode)
         return m
+
+    def refresh(self, m, do_mode, do_pre, do_ref):
+        """In the controller's module, while ``ref_pending``: drive the
+        refresh's next action (``golden.banks.BankTimer.refresh_action``):
+        a switch to normal mode, the PRE of every open unit, or the REF."""
+        branch = m.If
+        if self.timing.t_modch:
+            with m.If(self.reg_mode):
+                m.d.comb += do_mode.eq(self.mode_ok)
+            branch = m.Elif
+        with branch(self.open != 0):
+            m.d.comb += do_pre.eq(self.pre_ok)
+        with m.Else():
+            m.d.comb += do_ref.eq(self.ref_ok)
 
     def _constraint(self, m, c, units, issues, ok, col_cmd):
         """The counters of constraint ``c``: per level instance, loaded where
@@ -227,7 +260,8 @@ def bank_timing(m, name: str, units: int, rows: int, timing: Timing, row, touche
 
 
 def issued(m, banks: BankTiming, do_pre, do_act, do_col, do_mode=0, do_gb=0,
-           do_reg=0) -> None:
-    """What issued this cycle, for the counters, open rows and mode."""
+           do_reg=0, do_ref=0) -> None:
+    """What issued this cycle, for the counters, open rows, mode and refresh."""
     m.d.comb += [banks.do_pre.eq(do_pre), banks.do_act.eq(do_act), banks.do_col.eq(do_col),
-                 banks.do_mode.eq(do_mode), banks.do_gb.eq(do_gb), banks.do_reg.eq(do_reg)]
+                 banks.do_mode.eq(do_mode), banks.do_gb.eq(do_gb), banks.do_reg.eq(do_reg),
+                 banks.do_ref.eq(do_ref)]

@@ -126,10 +126,10 @@ class Channel(wiring.Component):
 
         # ---- the trace ----------------------------------------------------
         m.d.comb += [
-            self.trace.valid.eq(iss.mode | iss.pre | iss.act | iss.col),
+            self.trace.valid.eq(iss.mode | iss.pre | iss.act | iss.col | iss.ref),
             self.trace.payload.cmd_id.eq(iss.cmd_id),
-            self.trace.payload.opcode.eq(Mux(iss.mode, Opcode.MODE, Mux(iss.pre, Opcode.PRE,
-                                             Mux(iss.act, Opcode.ACT, iss.cmd.opcode)))),
+            self.trace.payload.opcode.eq(Mux(iss.ref, Opcode.REF, Mux(iss.mode, Opcode.MODE, Mux(
+                iss.pre, Opcode.PRE, Mux(iss.act, Opcode.ACT, iss.cmd.opcode))))),
             self.trace.payload.cycle.eq(self.cycle),
         ]
         read_issue = iss.col & (iss.rd_out | iss.rd)

@@ -17,7 +17,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from golden.config import ChannelConfig
-from golden.isa import FIELDS, ErrorCode, Opcode
+from golden.isa import FIELDS, REFRESH_ID, ErrorCode, Opcode
 from hw.banks import bank_timing, choose, issued
 from hw.streams import ID_BITS, CommandLayout
 from hw.util import counter
@@ -26,7 +26,7 @@ from hw.util import counter
 #: command it serves and its ID, the command's opcode decoded, and a command
 #: dropped at decode (``err``) with its error code.
 IssueLayout = data.StructLayout({
-    "mode": 1, "pre": 1, "act": 1, "col": 1, "cmd": CommandLayout, "cmd_id": ID_BITS,
+    "mode": 1, "pre": 1, "act": 1, "col": 1, "ref": 1, "cmd": CommandLayout, "cmd_id": ID_BITS,
     "wr_inp": 1, "mac": 1, "rd_out": 1, "rd": 1, "wr": 1,
     "err": 1, "err_code": FIELDS["err_code"].width,
 })
@@ -131,10 +131,15 @@ class Controller(wiring.Component):
                            write, bank_groups=cfg.bank_groups, banks=B, col_gb=op.wr_inp,
                            col_reg=op.rd_out)
 
-    def drive_issue(self, m, do_pre, do_act, do_col, cmd, cmd_id, op, err, err_code, do_mode=0):
+    def drive_issue(self, m, do_pre, do_act, do_col, cmd, cmd_id, op, err, err_code, do_mode=0,
+                    do_ref=0, banks=None):
+        """The issue port; while a refresh is pending (``banks.ref_pending``)
+        what issues is the refresh's, with ``REFRESH_ID``."""
         i = self.issue
+        if banks is not None and self.config.timing.t_refi:
+            cmd_id = Mux(banks.ref_pending, REFRESH_ID, cmd_id)
         m.d.comb += [i.mode.eq(do_mode), i.pre.eq(do_pre), i.act.eq(do_act), i.col.eq(do_col),
-                     i.cmd.eq(cmd),
+                     i.ref.eq(do_ref), i.cmd.eq(cmd),
                      i.cmd_id.eq(cmd_id), i.wr_inp.eq(op.wr_inp), i.mac.eq(op.mac),
                      i.rd_out.eq(op.rd_out), i.rd.eq(op.is_[Opcode.RD]),
                      i.wr.eq(op.is_[Opcode.WR]), i.err.eq(err), i.err_code.eq(err_code)]
@@ -187,19 +192,23 @@ class InOrderController(Controller):
                                           1))))
 
         data_ok = (~op.write | self.wbeat_valid) & (~op.read | self.credit)
-        do_mode, do_pre, do_act, do_step, do_drop = (Signal(name=n) for n in (
-            "do_mode", "do_pre", "do_act", "do_step", "do_drop"))
+        do_mode, do_pre, do_act, do_step, do_drop, do_ref = (Signal(name=n) for n in (
+            "do_mode", "do_pre", "do_act", "do_step", "do_drop", "do_ref"))
+        refresh = tm.t_refi > 0  # a due refresh has the bus until its REF
+        if refresh:
+            with m.If(banks.ref_pending):
+                banks.refresh(m, do_mode, do_pre, do_ref)
         with m.If(self.head_valid):
             with m.If(err != 0):
                 m.d.comb += do_drop.eq(~op.write | self.wbeat_valid)
-            with m.Else():
+            with (m.Elif(~banks.ref_pending) if refresh else m.Else()):
                 choose(m, banks, do_pre, do_act, do_step, data_ok & gap_ok,
                        col_free=op.act_ahead, do_mode=do_mode)
         # ACT-AHEAD ends, untraced, once its row is open; the rest issue
         do_col, do_done = Signal(name="do_col"), Signal(name="do_done")
         m.d.comb += [do_col.eq(do_step & ~op.act_ahead), do_done.eq(do_step & op.act_ahead)]
         issued(m, banks, do_pre, do_act, do_col, do_mode, do_col & op.wr_inp,
-               do_col & op.rd_out)
+               do_col & op.rd_out, do_ref)
 
         for h in range(halves):
             mine_g = (g == h) if halves == 2 else Const(1)
@@ -217,5 +226,5 @@ class InOrderController(Controller):
         pop = do_col | do_done | do_drop
         m.d.comb += [self.head_pop.eq(pop), self.wbeat_pop.eq(pop & op.write)]
         self.drive_issue(m, do_pre, do_act, do_col, head, self.head_id, op, do_drop, err,
-                         do_mode)
+                         do_mode, do_ref, banks)
         return m

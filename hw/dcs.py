@@ -120,14 +120,21 @@ class DcsController(Controller):
         c_waits_issue = ((ch.dg_valid & ~(g_valid & (g_id == ch.dg_id))) |
                          (ch.do_valid & ~(o_valid & (o_id == ch.do_id))))
 
+        # A due refresh has the bus until its REF (golden.dcs): the heads wait.
+        r_mode, r_pre, do_ref = Signal(), Signal(), Signal(name="do_ref")
+        if tm.t_refi:
+            with m.If(banks.ref_pending):
+                banks.refresh(m, r_mode, r_pre, do_ref)
+        free = ~banks.ref_pending
+
         c_mode, c_pre, c_act, c_col = Signal(), Signal(), Signal(), Signal()
-        with m.If(c_valid):
+        with m.If(c_valid & free):
             choose(m, banks, c_pre, c_act, c_col, c_deps, do_mode=c_mode,
                    switch_ok=~io_access_ok)
         c_issue = c_mode | c_pre | c_act | c_col
 
         io_mode, io_pre, io_act, io_col, io_discard = (Signal() for _ in range(5))
-        with m.If(io_valid & ~c_issue):
+        with m.If(io_valid & ~c_issue & free):
             with m.If(ih.discard):
                 m.d.comb += io_discard.eq(self.wbeat_valid)
             if tm.t_modch:  # no branch on a constant: Verilator's CASEOVERLAP
@@ -141,11 +148,11 @@ class DcsController(Controller):
 
         do_mode, do_pre, do_act, do_col = (Signal(name=n) for n in
                                            ("do_mode", "do_pre", "do_act", "do_col"))
-        m.d.comb += [do_mode.eq(c_mode | io_mode), do_pre.eq(c_pre | io_pre),
+        m.d.comb += [do_mode.eq(c_mode | io_mode | r_mode), do_pre.eq(c_pre | io_pre | r_pre),
                      do_act.eq(c_act | io_act), do_col.eq(c_col | io_col)]
         issued(m, banks, do_pre, do_act, c_col | (io_col & io_op.normal), do_mode,
-               io_col & io_op.wr_inp, io_col & io_op.rd_out)
-        return c_issue, c_col, io_col, io_discard, do_pre, do_act, do_col, do_mode
+               io_col & io_op.wr_inp, io_col & io_op.rd_out, do_ref)
+        return c_issue, c_col, io_col, io_discard, do_pre, do_act, do_col, do_mode, do_ref
 
     def elaborate(self, platform):
         m = Module()
@@ -187,7 +194,7 @@ class DcsController(Controller):
         cand_op = OpDecode(m, cand.opcode, "bank_cmd")
         banks = self.bank_timing(m, cand, cand_op, c_valid | (io_valid & ~ih.discard))
 
-        c_issue, c_col, io_col, io_discard, do_pre, do_act, do_col, do_mode = self._issue(
+        c_issue, c_col, io_col, io_discard, do_pre, do_act, do_col, do_mode, do_ref = self._issue(
             m, banks, t, ch, ih, io_op, c_valid, io_valid, c_deps, io_deps)
         iss_entry = data.View(EntryLayout, Mux(c_issue, ch.as_value(), ih.as_value()))
         iss_op = OpDecode(m, iss_entry.cmd.opcode, "issue")
@@ -271,7 +278,7 @@ class DcsController(Controller):
         m.d.comb += [self.compute_count.eq(c_count), self.io_count.eq(io_count),
                      self.pop_compute.eq(pop_c), self.pop_io.eq(pop_io)]
         self.drive_issue(m, do_pre, do_act, do_col, iss_entry.cmd, iss_entry.cmd_id, iss_op,
-                         dec_bad, err, do_mode)
+                         dec_bad, err, do_mode, do_ref, banks)
         return m
 
 

@@ -104,7 +104,8 @@ def testbench_source(channel: Path, config: ChannelConfig | AluConfig | None = N
         raise RuntimeError(f"{TB_TEMPLATE}: the player decodes a 5-bit trace opcode")
     text = text.replace("@TRACE_OP_LO@", str(op_lo))
     text = text.replace("@OP_PRE@", str(int(Opcode.PRE))).replace("@OP_ACT@", str(int(Opcode.ACT)))
-    text = text.replace("@OP_MODE@", str(int(Opcode.MODE)))
+    for op in (Opcode.MODE, Opcode.REF):
+        text = text.replace(f"@OP_{op.name}@", str(int(op)))
     extra = ""
     if isinstance(config, ChannelConfig) and config.dual_path:
         bits = max(1, (config.rows - 1).bit_length())
@@ -282,14 +283,16 @@ def icarus_source(path: Path) -> Path:
 #: device rule of docs/timing.md on, so that the RTL runs the whole
 #: constraint table under both simulators: two bank groups, the AiM
 #: simulator's tRC, tRTP, tWR, tWTR and tRRD (profile gddr6-aim-rules),
-#: tCCD_L = 4 (a test value: GDDR6-AiM's is 2, the same as tCCD) and mode
+#: tCCD_L = 4 (a test value: GDDR6-AiM's is 2, the same as tCCD), mode
 #: switching with nMODCH = 8 (a test value: GDDR6-AiM's is 32; shorter keeps
-#: the runs short and every switch still in view). Built unsliced: the split
-#: is the channel's slice_rows input, set by each test.
+#: the runs short and every switch still in view) and refresh every 1,000
+#: cycles with tRFC 60 (test values: GDDR6-AiM's are 3,333 and 210; more
+#: refreshes per run). Built unsliced: the split is the channel's slice_rows
+#: input, set by each test.
 def dex_test_config() -> ChannelConfig:
     return small_config().replace(dual_path=True, t_faw=64, bank_groups=2, t_rc=89, t_rtp=12,
                                   t_wr=41, t_wtr=17, t_ccd_l=4, t_rrd_s=11, t_rrd_l=11,
-                                  t_modch=8)
+                                  t_modch=8, t_refi=1000, t_rfc=60)
 
 
 #: The ALU channel the RTL tests use: 2 ALUs (4 banks), 48 rows, the

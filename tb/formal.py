@@ -196,7 +196,8 @@ class FormalChannel(Elaboratable):
         op = tr.payload.opcode
         kinds = {"PRE": op == Opcode.PRE, "ACT": op == Opcode.ACT,
                  "RD": (op == Opcode.MAC) | (op == Opcode.RD), "WR": op == Opcode.WR,
-                 "GB": op == Opcode.WR_INP, "REG": op == Opcode.RD_OUT, "MODE": op == Opcode.MODE}
+                 "GB": op == Opcode.WR_INP, "REG": op == Opcode.RD_OUT, "MODE": op == Opcode.MODE,
+                 "REF": op == Opcode.REF}
         assert self.config.banks == 1  # every bank command is at the one bank (and channel)
         for c in constraints(self.config.timing):
             since = [Signal(8, init=255, name=f"{c.key}_since{k}") for k in range(c.window)]

@@ -17,6 +17,7 @@ from golden.alu import AluChannel, AluConfig
 from golden.channel import ChannelModel, Command, RunResult
 from golden.config import ChannelConfig
 from golden.isa import (
+    REFRESH_ID,
     STATUS_FIELDS,
     TRACE_FIELDS,
     ErrorCode,
@@ -86,7 +87,7 @@ def quiet_cycles(config: ChannelConfig | AluConfig) -> int:
     t = config.timing
     return (t.t_ras + t.t_rp + t.t_rcd + t.t_faw + max(t.t_wr_inp, t.t_mac, t.t_rd_out) + 16
             + t.t_rc + t.t_rtp + t.t_wr + t.t_wtr + t.t_ccd_l + t.t_rrd_s + t.t_rrd_l
-            + 2 * t.t_modch)
+            + 2 * t.t_modch + 2 * t.t_rfc)
 
 
 def cycle_limit(config: ChannelConfig | AluConfig, n_commands: int, idle: float,
@@ -95,7 +96,7 @@ def cycle_limit(config: ChannelConfig | AluConfig, n_commands: int, idle: float,
     by the flow control, twice over."""
     t = config.timing
     per_cmd = (t.t_ras + t.t_rp + t.t_rcd + max(t.t_ccd, t.t_wr_inp, t.t_mac, t.t_rd_out)
-               + 2 * t.t_modch)
+               + 2 * t.t_modch + t.t_rfc)
     slow = 1.0 / max(0.05, (1 - idle) * (1 - backpressure))
     return int(2 * slow * n_commands * per_cmd) + quiet_cycles(config) + 2000 + hold_until
 
@@ -177,6 +178,20 @@ def status_tuple(word: int) -> tuple[int, int, int]:
     return st["err_code"], st["err_id"], st["err_count"]
 
 
+def refresh_tail(trace: list[tuple[int, int, int]], want: list[tuple[int, int, int]]) -> list:
+    """``trace`` without the refreshes the RTL issued after the golden
+    model's last entry: the golden run ends with its last command, the RTL
+    runs on and refreshes when one falls due (its MODE, PRE and REF carry
+    ``REFRESH_ID``). Anything else after the end stays, to be reported."""
+    end = want[-1][2] if want else -1
+    refresh = (int(Opcode.MODE), int(Opcode.PRE), int(Opcode.REF))
+    keep = len(trace)
+    while keep and trace[keep - 1][2] > end and trace[keep - 1][0] == REFRESH_ID \
+            and int(trace[keep - 1][1]) in refresh:
+        keep -= 1
+    return list(trace[:keep])
+
+
 def check(model: Model, commands: list[Command] | list[int], wdata: list[int], obs: Observed,
           seed: int | None = None) -> RunResult:
     """Run ``model`` on the observed arrival and pop cycles (from reset: the
@@ -192,6 +207,7 @@ def check(model: Model, commands: list[Command] | list[int], wdata: list[int], o
         model.obuf[:] = 0
     ref = model.run(commands, wdata, obs.cmd_arrivals, obs.wdata_arrivals, obs.rdata_pops)
     want = [(t.cmd_id, int(t.opcode), t.cycle) for t in ref.trace]
+    obs.trace = refresh_tail(obs.trace, want)
     for i, (g, w) in enumerate(zip(obs.trace, want, strict=False)):
         if g != w:
             ctx = "\n".join(f"  {j}: rtl {obs.trace[j]} golden {want[j]}"

@@ -188,6 +188,66 @@ def test_mode_switches_by_hand():
         ("MODE", 125), ("RD_OUT", 157)]  # t_modch, not t_mac (124 + 8), sets the RD-OUT
 
 
+def _refresh_checks(cfg, r):
+    """The trace of a run with refresh: the k-th REF within the bound after
+    k * tREFI, only the refresh's own MODE/PRE from its due cycle to its
+    REF, every row closed at the REF, no ACT within tRFC after it."""
+    from golden.banks import BankTimer
+    from golden.config import refresh_bound
+    from golden.isa import REFRESH_ID
+
+    tm = cfg.timing
+    refs = [e.cycle for e in r.trace if e.opcode == Opcode.REF]
+    assert refs and all(e.cmd_id == REFRESH_ID for e in r.trace if e.opcode == Opcode.REF)
+    for k, cycle in enumerate(refs, start=1):
+        assert k * tm.t_refi <= cycle < k * tm.t_refi + refresh_bound(tm)
+        inside = [e for e in r.trace if k * tm.t_refi <= e.cycle < cycle]
+        assert all(e.cmd_id == REFRESH_ID and e.opcode in (Opcode.MODE, Opcode.PRE)
+                   for e in inside), inside
+        acts = [e.cycle for e in r.trace if e.opcode == Opcode.ACT and e.cycle > cycle]
+        assert not acts or acts[0] >= cycle + tm.t_rfc
+    open_rows = BankTimer(cfg.banks, tm)  # replay the open rows: all closed at a REF
+    for e in r.trace:
+        if e.opcode == Opcode.REF:
+            assert all(row is None for row in open_rows.open_row), e
+        elif e.opcode == Opcode.PRE and e.cmd_id == REFRESH_ID and e.cycle >= tm.t_refi:
+            open_rows.open_row = [None] * cfg.banks
+        elif e.opcode in (Opcode.PRE, Opcode.ACT):
+            open_rows.open_row = [None if e.opcode == Opcode.PRE else 0] * cfg.banks
+    return refs
+
+
+@pytest.mark.parametrize("policy", ["static", "pingpong", "dcs"])
+@pytest.mark.parametrize("modch", [0, 16])
+def test_refresh_closes_the_rows_and_holds_the_banks(policy, modch):
+    """Periodic all-bank refresh (docs/timing.md): on a GEMV long enough for
+    several refreshes, every REF is on time and alone on the bus, the rows
+    are closed before it and stay closed tRFC after it; the results are the
+    run's without refresh, later."""
+    cfg = small_config().replace(policy=policy, t_modch=modch)
+    rng = np.random.default_rng(3)
+    W = nm.float_to_bf16(rng.standard_normal((64, 128)))
+    x = nm.float_to_bf16(rng.standard_normal(128))
+    cmds, beats = gemv_commands(W, x, cfg)
+    plain = ChannelModel(cfg).run(cmds, beats)
+    ref_cfg = cfg.replace(t_refi=700, t_rfc=60)
+    r = ChannelModel(ref_cfg).run(cmds, beats)
+    refs = _refresh_checks(ref_cfg, r)
+    assert len(refs) == (r.trace[-1].cycle) // 700 >= 3
+    assert r.rdata == plain.rdata and r.cycles > plain.cycles
+    assert [e.cmd_id for e in r.trace if e.opcode not in DEVICE_ACTIONS] == \
+        [e.cmd_id for e in plain.trace if e.opcode not in DEVICE_ACTIONS]
+
+
+def test_refresh_config_is_checked():
+    from golden.config import ConfigError
+
+    with pytest.raises(ConfigError, match="t_refi and timing.t_rfc go together"):
+        small_config().replace(t_refi=700)
+    with pytest.raises(ConfigError, match="t_refi=100 must exceed"):
+        small_config().replace(t_refi=100, t_rfc=60)
+
+
 # ---- dual-path banks (LibraPIM DEX, docs/dual-path.md) ---------------------------
 
 DEX_TIMING = Timing(t_rcd=5, t_rp=4, t_ras=9, t_ccd=2, t_wr_inp=2, t_mac=3, t_rd_out=2)

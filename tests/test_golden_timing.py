@@ -14,7 +14,8 @@ from golden.isa import Opcode
 from golden.timing import RULES, Constraint, constraints, table
 
 T = Timing(t_rcd=5, t_rp=4, t_ras=9, t_ccd=2, t_wr_inp=2, t_mac=3, t_rd_out=2, t_faw=30,
-           t_rc=16, t_rtp=7, t_wr=9, t_wtr=6, t_ccd_l=4, t_rrd_s=3, t_rrd_l=5, t_modch=11)
+           t_rc=16, t_rtp=7, t_wr=9, t_wtr=6, t_ccd_l=4, t_rrd_s=3, t_rrd_l=5, t_modch=11,
+           t_refi=200, t_rfc=13)
 UNITS, GROUPS = 8, 2  # banks 0-3 in group 0, 4-7 in group 1
 
 #: per constraint key: the commands issued (cycle, kind, bank, row) and the
@@ -35,13 +36,20 @@ CASES = {
     "t_faw": ([(0, "ACT", 0, 1), (3, "ACT", 4, 1), (6, "ACT", 1, 1), (9, "ACT", 5, 1)],
               ("ACT", 2, 1), 30),
     "t_modch": ([(0, "MODE", 0, 0)], ("ACT", 0, 1), 11),
+    "t_rfc": ([(0, "REF", 0, 0)], ("ACT", 0, 1), 13),
+}
+#: a refresh waits the bank rules of an ACT: (issued, probe, earliest)
+REF_CASES = {
+    "t_rp": ([(0, "ACT", 0, 1), (20, "PRE", 0, 2)], ("REF", 0, 0), 20 + 4),
+    "t_rc": ([(0, "ACT", 0, 1), (9, "PRE", 0, 2)], ("REF", 0, 0), 16),
+    "t_rfc": ([(0, "REF", 0, 0)], ("REF", 0, 0), 13),
 }
 #: the mode switch holds back every kind, the register accesses included
-MODE_FOLLOWERS = ("PRE", "ACT", "RD", "WR", "GB", "REG", "MODE")
+MODE_FOLLOWERS = ("PRE", "ACT", "RD", "WR", "GB", "REG", "MODE", "REF")
 
 
-def golden_earliest(key: str, timing: Timing = T) -> int:
-    issued, (kind, bank, _row), _ = CASES[key]
+def golden_earliest(key: str, timing: Timing = T, cases=CASES) -> int:
+    issued, (kind, bank, _row), _ = cases[key]
     timer = BankTimer(UNITS, timing, bank_groups=GROUPS)
     for cycle, k, b, row in issued:
         assert timer.earliest(k, [b]) <= cycle, (key, cycle, k)
@@ -64,6 +72,15 @@ def test_the_case_depends_on_its_constraint(key):
     by one: the case measures that constraint, not another."""
     longer = dataclasses.replace(T, **{key: getattr(T, key) + 1})
     assert golden_earliest(key, longer) == CASES[key][2] + 1
+
+
+@pytest.mark.parametrize("key", sorted(REF_CASES))
+def test_a_refresh_waits_like_an_act(key):
+    """REF (at every bank) waits tRP after a PRE and tRC after an ACT of
+    any bank, and tRFC after the last REF; one cycle more moves it by one."""
+    assert golden_earliest(key, cases=REF_CASES) == REF_CASES[key][2]
+    longer = dataclasses.replace(T, **{key: getattr(T, key) + 1})
+    assert golden_earliest(key, longer, REF_CASES) == REF_CASES[key][2] + 1
 
 
 @pytest.mark.parametrize("kind", MODE_FOLLOWERS)
@@ -98,8 +115,9 @@ def test_optional_constraints_leave_the_table_when_zero():
 
 def test_opcodes_map_to_kinds():
     ops = (Opcode.PRE, Opcode.ACT, Opcode.WR, Opcode.RD, Opcode.MAC, Opcode.WR_INP,
-           Opcode.RD_OUT, Opcode.MODE)
-    assert [kind_of(op) for op in ops] == ["PRE", "ACT", "WR", "RD", "RD", "GB", "REG", "MODE"]
+           Opcode.RD_OUT, Opcode.MODE, Opcode.REF)
+    assert [kind_of(op) for op in ops] == ["PRE", "ACT", "WR", "RD", "RD", "GB", "REG", "MODE",
+                                           "REF"]
     with pytest.raises(ValueError, match="command kind 'COL'"):
         kind_of("COL")
 
