@@ -113,15 +113,12 @@ class BankTiming(wiring.Component):
         row_hit = Signal(B)
         m.d.comb += row_hit.eq(Cat(open_[b] & (open_row[b] == row) for b in range(B)))
         pre_mask, act_mask = self.pre_mask, self.act_mask
-        refresh = self.timing.t_refi > 0
-        if refresh:  # a due refresh: its PRE closes every open unit, no ACT
-            with m.If(self.ref_pending):
-                m.d.comb += pre_mask.eq(open_)
-            with m.Elif(self.as_set):
-                m.d.comb += pre_mask.eq(Mux((row_hit & touched) != touched, open_ & touched, 0))
-            with m.Else():
-                m.d.comb += pre_mask.eq(touched & open_ & ~row_hit)
-            m.d.comb += act_mask.eq(Mux(self.ref_pending, 0, touched & ~open_))
+        cmd_pre = Mux(self.as_set, Mux((row_hit & touched) != touched, open_ & touched, 0),
+                      touched & open_ & ~row_hit)
+        cmd_act = touched & ~open_
+        if self.timing.t_refi:  # a due refresh: its PRE closes every open unit, no ACT
+            m.d.comb += [pre_mask.eq(Mux(self.ref_pending, open_, cmd_pre)),
+                         act_mask.eq(Mux(self.ref_pending, 0, cmd_act))]
             # one falls due every t_refi cycles from reset, pending until its REF
             refi = Signal(range(self.timing.t_refi), name="refi_cnt", init=self.timing.t_refi - 1)
             with m.If(refi == 0):
@@ -131,11 +128,7 @@ class BankTiming(wiring.Component):
                 with m.If(self.do_ref):
                     m.d.sync += self.ref_pending.eq(0)
         else:
-            with m.If(self.as_set):
-                m.d.comb += pre_mask.eq(Mux((row_hit & touched) != touched, open_ & touched, 0))
-            with m.Else():
-                m.d.comb += pre_mask.eq(touched & open_ & ~row_hit)
-            m.d.comb += act_mask.eq(touched & ~open_)
+            m.d.comb += [pre_mask.eq(cmd_pre), act_mask.eq(cmd_act)]
         with m.If(self.do_pre):
             m.d.sync += open_.eq(open_ & ~pre_mask)
         with m.If(self.do_act):

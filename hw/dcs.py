@@ -97,7 +97,7 @@ class DcsController(Controller):
         m.d.sync += count.eq(count + push - pop)
         return count, slots[0]
 
-    def _issue(self, m, banks, t, ch, ih, io_op, c_valid, io_valid, c_deps, io_deps):
+    def _issue(self, m, banks, ih, io_op, c_valid, io_valid, c_deps, io_deps, c_waits_issue):
         """The issue choice between the two queue heads: the compute head
         first (its mode switch, PRE, ACT or MAC), else the I/O head; returns
         what issued."""
@@ -115,10 +115,6 @@ class DcsController(Controller):
             ih.discard, self.wbeat_valid,
             io_reg & ~io_switch & io_deps & io_data_ok & Mux(io_op.wr_inp, banks.gb_ok,
                                                                 banks.reg_ok))
-        g_valid, g_id, _ = t.s_done(ch.cmd.gbuf_idx, True)
-        o_valid, o_id, _ = t.s_done(ch.cmd.out_idx, False)
-        c_waits_issue = ((ch.dg_valid & ~(g_valid & (g_id == ch.dg_id))) |
-                         (ch.do_valid & ~(o_valid & (o_id == ch.do_id))))
 
         # A due refresh has the bus until its REF (golden.dcs): the heads wait.
         r_mode, r_pre, do_ref = Signal(), Signal(), Signal(name="do_ref")
@@ -176,17 +172,22 @@ class DcsController(Controller):
         io_op = OpDecode(m, ih.cmd.opcode, "io_head")
 
         def deps_ok(e, is_mac):
+            """(the dependencies of ``e`` are met, one of them names a
+            command that has not issued)"""
             g_valid, g_id, g_done = s_done(e.cmd.gbuf_idx, True)
             o_valid, o_id, o_done = s_done(e.cmd.out_idx, False)
             o_ccd = select(e.cmd.out_idx, [c == 0 for c in so_ccd])
             o_mac = select(e.cmd.out_idx, so_mac)
             if is_mac:  # MAC after MAC on one OBuf entry: tCCD
                 o_done = Mux(o_mac, o_ccd, o_done)
-            return ((~e.dg_valid | (g_valid & (g_id == e.dg_id) & g_done)) &
-                    (~e.do_valid | (o_valid & (o_id == e.do_id) & o_done)))
+            g_issued, o_issued = g_valid & (g_id == e.dg_id), o_valid & (o_id == e.do_id)
+            return ((~e.dg_valid | (g_issued & g_done)) & (~e.do_valid | (o_issued & o_done)),
+                    (e.dg_valid & ~g_issued) | (e.do_valid & ~o_issued))
 
-        c_deps, io_deps = Signal(), Signal()
-        m.d.comb += [c_deps.eq(deps_ok(ch, True)), io_deps.eq(deps_ok(ih, False))]
+        c_deps, io_deps, c_waits_issue = Signal(), Signal(), Signal()
+        c_ok, c_waits = deps_ok(ch, True)
+        m.d.comb += [c_deps.eq(c_ok), io_deps.eq(deps_ok(ih, False)[0]),
+                     c_waits_issue.eq(c_waits)]
 
         # The banks serve the compute head, or an RD/WR at the I/O head (RD/WR
         # are fences: the compute queue is empty while one waits).
@@ -195,7 +196,7 @@ class DcsController(Controller):
         banks = self.bank_timing(m, cand, cand_op, c_valid | (io_valid & ~ih.discard))
 
         c_issue, c_col, io_col, io_discard, do_pre, do_act, do_col, do_mode, do_ref = self._issue(
-            m, banks, t, ch, ih, io_op, c_valid, io_valid, c_deps, io_deps)
+            m, banks, ih, io_op, c_valid, io_valid, c_deps, io_deps, c_waits_issue)
         iss_entry = data.View(EntryLayout, Mux(c_issue, ch.as_value(), ih.as_value()))
         iss_op = OpDecode(m, iss_entry.cmd.opcode, "issue")
         m.d.comb += [pop_c.eq(c_col), pop_io.eq(io_col | io_discard),
