@@ -101,6 +101,16 @@ class BankTimer:
             return Opcode.PRE, open_units
         return Opcode.REF, list(range(len(self.open_row)))
 
+    def refresh_switch_ready(self) -> int:
+        """Earliest cycle of what a refresh's mode switch switches for (its
+        PRE, else its REF); 0 when no switch is needed."""
+        if not (self.modes and self.register_mode):
+            return 0
+        open_units = [u for u, r in enumerate(self.open_row) if r is not None]
+        if open_units:
+            return self.earliest(Opcode.PRE, open_units)
+        return self.earliest(Opcode.REF, list(range(len(self.open_row))))
+
     def needs_mode_switch(self, op) -> bool:
         """The device is in the other mode than ``op`` needs."""
         return self.modes and self.register_mode != (kind_of(op) in REGISTER_KINDS)
@@ -110,6 +120,12 @@ class BankTimer:
         device is in its mode and its row is open."""
         if self.needs_mode_switch(op):
             return Opcode.MODE, []
+        return self.served_action(op, cmd)
+
+    def served_action(self, op: Opcode, cmd: Command) -> tuple[Opcode, list[int]] | None:
+        """The PRE or ACT ``cmd`` needs next whatever the mode, or None when
+        its row is open: what a mode switch for it switches for (the switch
+        issues only once that, or the access, could)."""
         return self.action_for(self.touched(op, cmd), cmd.row, as_set=op == Opcode.MAC)
 
     def action_for(self, touched: list[int], row: int,

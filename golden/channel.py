@@ -33,13 +33,19 @@ Controller (one command-bus slot per cycle, strictly in order)
       ==========  =========================================  ================
       buffer      the last access there                      completes
       ==========  =========================================  ================
-      GBuf        WR-INP (next WR-INP or MAC waits)          ``c + t_wr_inp``
+      GBuf        WR-INP (next MAC waits)                    ``c + t_wr_inp``
       OBuf        MAC (next RD-OUT waits; a MAC only tCCD)   ``c + t_mac``
       OBuf        RD-OUT (next MAC or RD-OUT waits)          ``c + t_rd_out``
       ==========  =========================================  ================
 
       A MAC's GBuf read completes the cycle it issues, so a WR-INP may
-      follow it at once; RD/WR, PRE and ACT wait only for the device rules.
+      follow it at once. As a MAC after a MAC waits only tCCD, a WR-INP
+      after a WR-INP waits only the device (``t_ccd_reg``, its write beat);
+      RD/WR, PRE and ACT wait only for the device rules.
+    * a mode switch (on a device with modes) issues only in a cycle where
+      the action it switches for (PRE, ACT or the access) would be allowed
+      but for the mode, as the AiM simulator's controller issues TMOD; a
+      refresh's switch likewise waits for its PRE or REF.
     * ping-pong: each buffer is two halves (entries below and above the
       middle), and the gaps apply per half: commands on different halves
       overlap. A MAC on other halves than the previous MAC (the hand-off)
@@ -259,9 +265,7 @@ class ChannelModel:
         """The cycle the in-order controllers' access rules (and its write
         beat, its read credit) allow the access of ``op``."""
         earliest = 0
-        if op == Opcode.WR_INP:
-            earliest = gbuf_write[g]
-        elif op == Opcode.MAC:
+        if op == Opcode.MAC:
             earliest = max(gbuf_write[g], obuf_read[o])
             if mac_halves is not None and (g, o) != mac_halves:  # hand-off: both idle
                 earliest = max(earliest, *gbuf_write, *obuf_mac, *obuf_read)
@@ -282,7 +286,7 @@ class ChannelModel:
         t = banks.refresh_due
         while True:
             kind, targets = banks.refresh_action()
-            c = max(t, banks.earliest(kind, targets))
+            c = max(t, banks.earliest(kind, targets), banks.refresh_switch_ready())
             banks.apply(kind, targets, c, 0)
             streams.trace.append(TraceEntry(REFRESH_ID, kind, c))
             t = c + 1
@@ -317,6 +321,11 @@ class ChannelModel:
                 if action is not None:
                     kind, targets = action
                     c = max(t, banks.earliest(kind, targets))
+                    if kind == Opcode.MODE:  # when what it switches for could issue
+                        served = banks.served_action(op, cmd)
+                        c = max(c, banks.earliest(*served) if served else max(
+                            banks.earliest(op, banks.touched(op, cmd)), self._in_order_wait(
+                                op, g, o, gbuf_write, obuf_mac, obuf_read, mac_halves, streams)))
                 elif op == Opcode.ACT_AHEAD:  # the row is open: it ends in cycle t, untraced
                     c = t
                 else:

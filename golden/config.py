@@ -52,6 +52,10 @@ class Timing:
     t_ccd_l: int = 0  # column to column in the same bank group (t_ccd: any two)
     t_rrd_s: int = 0  # ACT to ACT on the channel (different bank groups)
     t_rrd_l: int = 0  # ACT to ACT in the same bank group
+    #: The register accesses' spacing on the data bus (WR-INP, RD-OUT):
+    t_ccd_reg: int = 0  # any register access after another
+    t_wtr_reg: int = 0  # WR-INP to RD-OUT: write latency, burst and write-to-read turnaround
+    t_rtw_reg: int = 0  # RD-OUT to WR-INP: read-to-write turnaround on the data bus
     #: The device's switch between normal mode (ACT, PRE, MAC, RD, WR) and
     #: register-access mode (WR-INP, RD-OUT): nothing issues for t_modch
     #: cycles after one. 0: the device has no modes.
@@ -65,7 +69,8 @@ class Timing:
 
 #: Timing keys a profile may leave out, with the value that turns them off.
 OPTIONAL_TIMING = dict.fromkeys(("t_faw", "t_rc", "t_rtp", "t_wr", "t_wtr", "t_ccd_l", "t_rrd_s",
-                                  "t_rrd_l", "t_modch", "t_refi", "t_rfc"), 0)
+                                  "t_rrd_l", "t_ccd_reg", "t_wtr_reg", "t_rtw_reg", "t_modch",
+                                  "t_refi", "t_rfc"), 0)
 
 
 def refresh_bound(t: Timing) -> int:
@@ -168,6 +173,7 @@ class ChannelConfig:
             text += f" tFAW {t.t_faw}"
         extra = {"tRC": t.t_rc, "tRTP": t.t_rtp, "tWR": t.t_wr, "tWTR": t.t_wtr,
                  "tCCD_L": t.t_ccd_l, "tRRD_S": t.t_rrd_s, "tRRD_L": t.t_rrd_l,
+                 "tCCD_REG": t.t_ccd_reg, "tWTR_REG": t.t_wtr_reg, "tRTW_REG": t.t_rtw_reg,
                  "nMODCH": t.t_modch, "tREFI": t.t_refi, "tRFC": t.t_rfc}
         text += "".join(f" {k} {v}" for k, v in extra.items() if v)
         if self.bank_groups > 1:

@@ -200,6 +200,21 @@ def run_dynamic(model, streams: Streams):
         return ((e.did_gbuf is not None and s_gbuf[e.cmd.gbuf_idx].cmd_id != e.did_gbuf)
                 or (e.did_obuf is not None and s_obuf[e.cmd.out_idx].cmd_id != e.did_obuf))
 
+    def access_ok(e: Entry, now: int) -> bool:
+        """``e``'s access (its row open, in its mode) is allowed now: the
+        device rules, its dependencies, its write beat or read credit."""
+        if later(banks.earliest(e.op, banks.touched(e.op, e.cmd))) or not deps_met(e, now):
+            return False
+        if e.op in (Opcode.WR_INP, Opcode.WR) and later(streams.wdata_ready()):
+            return False
+        return not (e.op in (Opcode.RD_OUT, Opcode.RD) and later(streams.read_credit_ready()))
+
+    def switch_ready(e: Entry, now: int) -> bool:
+        """What a mode switch for ``e`` switches for (its PRE, ACT or
+        access) would be allowed now but for the mode."""
+        served = banks.served_action(e.op, e.cmd)
+        return not later(banks.earliest(*served)) if served else access_ok(e, now)
+
     def access_ready(q: deque[Entry], now: int) -> bool:
         """The head of ``q`` can issue its own access now (or consume a
         discarded beat): no mode switch, PRE or ACT first."""
@@ -208,13 +223,7 @@ def run_dynamic(model, streams: Streams):
         e = q[0]
         if e.op is None:
             return not later(streams.wdata_ready())
-        if banks.next_action(e.op, e.cmd) is not None:
-            return False
-        if later(banks.earliest(e.op, banks.touched(e.op, e.cmd))) or not deps_met(e, now):
-            return False
-        if e.op in (Opcode.WR_INP, Opcode.WR) and later(streams.wdata_ready()):
-            return False
-        return not (e.op in (Opcode.RD_OUT, Opcode.RD) and later(streams.read_credit_ready()))
+        return banks.next_action(e.op, e.cmd) is None and access_ok(e, now)
 
     def try_issue(q: deque[Entry], now: int, switch_ok: bool = True) -> bool:
         """Issue the head's next action: its mode switch (unless not
@@ -232,18 +241,16 @@ def run_dynamic(model, streams: Streams):
         action = banks.next_action(e.op, e.cmd)
         if action is not None:
             kind, targets = action
-            if (kind == Opcode.MODE and not switch_ok) or later(banks.earliest(kind, targets)):
+            if kind == Opcode.MODE and not (switch_ok and switch_ready(e, now)):
+                return False
+            if later(banks.earliest(kind, targets)):
                 return False
             banks.apply(kind, targets, now, e.cmd.row)
             streams.trace.append(TraceEntry(e.cmd_id, kind, now))
             return True
+        if not access_ok(e, now):
+            return False
         targets = banks.touched(e.op, e.cmd)
-        if later(banks.earliest(e.op, targets)) or not deps_met(e, now):
-            return False
-        if e.op in (Opcode.WR_INP, Opcode.WR) and later(streams.wdata_ready()):
-            return False
-        if e.op in (Opcode.RD_OUT, Opcode.RD) and later(streams.read_credit_ready()):
-            return False
         beat = streams.take_wdata()[1] if e.op in (Opcode.WR_INP, Opcode.WR) else None
         banks.apply(e.op, targets, now, e.cmd.row)
         streams.trace.append(TraceEntry(e.cmd_id, e.op, now))
@@ -264,7 +271,7 @@ def run_dynamic(model, streams: Streams):
         """Issue the due refresh's next action (mode switch, PRE of the open
         rows, REF) if the device rules allow it now."""
         kind, targets = banks.refresh_action()
-        if later(banks.earliest(kind, targets)):
+        if later(max(banks.earliest(kind, targets), banks.refresh_switch_ready())):
             return False
         banks.apply(kind, targets, now, 0)
         streams.trace.append(TraceEntry(REFRESH_ID, kind, now))

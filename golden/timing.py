@@ -77,6 +77,9 @@ RULES = (
     ("t_rrd_s", "channel", ("ACT",), ("ACT",), 1),  # ACT to ACT on the channel
     ("t_rrd_l", "bankgroup", ("ACT",), ("ACT",), 1),  # ACT to ACT in a bank group
     ("t_faw", "channel", ("ACT",), ("ACT",), 4),  # at most four ACTs in a window
+    ("t_ccd_reg", "channel", REGISTER_KINDS, REGISTER_KINDS, 1),  # register to register
+    ("t_wtr_reg", "channel", ("GB",), ("REG",), 1),  # GBuf write to register read
+    ("t_rtw_reg", "channel", ("REG",), ("GB",), 1),  # register read to GBuf write
     ("t_modch", "channel", ("MODE",), KINDS, 1),  # a mode switch, then nothing for t_modch
     ("t_rfc", "channel", ("REF",), ("ACT", "REF"), 1),  # a refresh, then no ACT for t_rfc
 )

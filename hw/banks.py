@@ -170,9 +170,10 @@ class BankTiming(wiring.Component):
         refresh's next action (``golden.banks.BankTimer.refresh_action``):
         a switch to normal mode, the PRE of every open unit, or the REF."""
         branch = m.If
-        if self.timing.t_modch:
+        if self.timing.t_modch:  # once its PRE (or REF) could issue
             with m.If(self.reg_mode):
-                m.d.comb += do_mode.eq(self.mode_ok)
+                m.d.comb += do_mode.eq(self.mode_ok & Mux(self.open != 0, self.pre_ok,
+                                                          self.ref_ok))
             branch = m.Elif
         with branch(self.open != 0):
             m.d.comb += do_pre.eq(self.pre_ok)
@@ -218,22 +219,26 @@ class BankTiming(wiring.Component):
 def choose(m, banks: BankTiming, do_pre, do_act, do_col, col_cond, col_free=None,
            do_mode=None, switch_ok=1):
     """In the controller's module: drive the next action the command needs,
-    a MODE switch (into ``do_mode``, when ``switch_ok``), PRE, ACT, or the
+    a MODE switch (into ``do_mode``, when ``switch_ok`` and the action it
+    switches for would be allowed but for the mode), PRE, ACT, or the
     column access once ``col_cond`` also holds (with ``col_free``: at once,
     no column rules; the command ends when its row is open)."""
+    col = banks.col_ok & col_cond
+    col = col if col_free is None else Mux(col_free, col_cond, col)
     branch = m.If
     if banks.timing.t_modch:  # no branch on a constant: Verilator's CASEOVERLAP
         with m.If(banks.mode_switch):
-            if do_mode is not None:
-                m.d.comb += do_mode.eq(banks.mode_ok & switch_ok)
+            if do_mode is not None:  # once what it switches for could issue
+                served = Mux(banks.pre_mask != 0, banks.pre_ok,
+                             Mux(banks.act_mask != 0, banks.act_ok, col))
+                m.d.comb += do_mode.eq(banks.mode_ok & switch_ok & served)
         branch = m.Elif
     with branch(banks.pre_mask != 0):
         m.d.comb += do_pre.eq(banks.pre_ok)
     with m.Elif(banks.act_mask != 0):
         m.d.comb += do_act.eq(banks.act_ok)
     with m.Else():
-        col = banks.col_ok & col_cond
-        m.d.comb += do_col.eq(col if col_free is None else Mux(col_free, col_cond, col))
+        m.d.comb += do_col.eq(col)
 
 
 def bank_timing(m, name: str, units: int, rows: int, timing: Timing, row, touched, as_set,

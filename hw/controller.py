@@ -149,7 +149,7 @@ class InOrderController(Controller):
     """Static and ping-pong (``config.policy``): the FIFO head issues, in
     order; its column access waits for the buffer accesses it depends on to
     complete (``golden.channel``: the last WR-INP's GBuf write before a
-    WR-INP or MAC, the last MAC's OBuf update before a RD-OUT, the last
+    MAC, the last MAC's OBuf update before a RD-OUT, the last
     RD-OUT before a MAC or RD-OUT), per buffer half under ping-pong, with a
     MAC's hand-off to other halves waiting for both halves to be idle.
     PRE and ACT wait only for the device rules."""
@@ -186,10 +186,8 @@ class InOrderController(Controller):
             idle = Cat(c == 0 for c in counters).all()
             mac_ok &= ~mac_seen | (mac_halves == Cat(g, o)) | idle
         gap_ok = Signal(name="gap_ok")
-        m.d.comb += gap_ok.eq(Mux(op.wr_inp, done(gbuf_write, g),
-                                  Mux(op.mac, mac_ok,
-                                      Mux(op.rd_out, done(obuf_mac, o) & done(obuf_read, o),
-                                          1))))
+        m.d.comb += gap_ok.eq(Mux(op.mac, mac_ok,
+                                  Mux(op.rd_out, done(obuf_mac, o) & done(obuf_read, o), 1)))
 
         data_ok = (~op.write | self.wbeat_valid) & (~op.read | self.credit)
         do_mode, do_pre, do_act, do_step, do_drop, do_ref = (Signal(name=n) for n in (

@@ -135,7 +135,9 @@ class DcsController(Controller):
                 m.d.comb += io_discard.eq(self.wbeat_valid)
             if tm.t_modch:  # no branch on a constant: Verilator's CASEOVERLAP
                 with m.Elif(io_switch):
-                    m.d.comb += io_mode.eq(banks.mode_ok & (~c_valid | c_waits_issue))
+                    m.d.comb += io_mode.eq(banks.mode_ok & (~c_valid | c_waits_issue) &
+                                           io_deps & io_data_ok &
+                                           Mux(io_op.wr_inp, banks.gb_ok, banks.reg_ok))
             with m.Elif(~io_op.normal):  # WR-INP, RD-OUT: no bank
                 m.d.comb += io_col.eq(io_deps & io_data_ok &
                                       Mux(io_op.wr_inp, banks.gb_ok, banks.reg_ok))

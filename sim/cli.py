@@ -258,6 +258,31 @@ def cmd_timing(args) -> int:
     return 0
 
 
+def cmd_aim_compare(args) -> int:
+    """The project's command streams against the AiM simulator (sim/aim.py)."""
+    from sim.aim import KERNELS, compare
+
+    kernels = _name_list(args.kernels, tuple(KERNELS), "--kernels", "kernel")
+    out = Path(args.out) if args.out else None
+    data = compare(args.profile, _overrides(args.set), list(kernels),
+                   policy=args.policy, binary=Path(args.aim_sim) if args.aim_sim else None,
+                   out_dir=out)
+    if args.json:
+        _emit(data, args.json)
+        return 0
+    print(f"{data['config']}; refresh {data['refresh']}")
+    print(f"  {'kernel':14} {'commands':>8} {'AiM cycles':>11} {'project':>9} {'ratio':>7} "
+          f"{'switches':>8}")
+    for r in data["rows"]:
+        aim = f"{r['aim_cycles']:>11,}" if "aim_cycles" in r else f"{'-':>11}"
+        ratio = f"{r['ratio']:>7.4f}" if "ratio" in r else f"{'-':>7}"
+        print(f"  {r['kernel']:14} {r['commands']:>8,} {aim} {r['project_cycles']:>9,} "
+              f"{ratio} {r['mode_switches']:>8,}")
+    if out:
+        print(f"traces and configurations in {out}/ (run: ramulator2 -f {out}/KERNEL.yaml)")
+    return 0
+
+
 def cmd_bench(args) -> int:
     from sim.bench import bench
 
@@ -504,6 +529,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a timing key, e.g. --set t_faw=42")
     s.add_argument("--json", metavar="FILE", help="write JSON to FILE ('-' for stdout)")
     s.set_defaults(func=cmd_timing)
+
+    s = sub.add_parser("aim-compare", help="the project's kernels as AiM simulator traces; "
+                                           "cycles against the simulator's (docs/timing.md)")
+    s.add_argument("--aim-sim", metavar="BIN",
+                   help="the AiM simulator's ramulator2 binary (built outside the project); "
+                        "without it only the project's cycles")
+    s.add_argument("--profile", default="gddr6-aim-rules",
+                   help=f"device profile: {', '.join(PROFILES)} or a TOML file")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a timing key on both sides, e.g. --set t_modch=1")
+    s.add_argument("--policy", choices=POLICIES, default="static")
+    s.add_argument("--kernels", default=None,
+                   help="comma-separated (default: all): gemv-4096, qkt-d128-16k, "
+                        "qkt-d128-128k, sv-d128-16k, sv-d128-128k")
+    s.add_argument("--out", metavar="DIR", help="keep each kernel's trace and configuration")
+    s.add_argument("--json", metavar="FILE", help="write JSON to FILE ('-' for stdout)")
+    s.set_defaults(func=cmd_aim_compare)
 
     s = sub.add_parser("bench", help="benchmark RTL and golden simulation speed (JSON)")
     s.add_argument("--json", metavar="FILE", help="also write the JSON to FILE")

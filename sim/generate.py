@@ -282,7 +282,8 @@ def icarus_source(path: Path) -> Path:
 #: a project assumption, no figure in REFERENCE.md), and every other optional
 #: device rule of docs/timing.md on, so that the RTL runs the whole
 #: constraint table under both simulators: two bank groups, the AiM
-#: simulator's tRC, tRTP, tWR, tWTR and tRRD (profile gddr6-aim-rules),
+#: simulator's tRC, tRTP, tWR, tWTR, tRRD and register-access spacing
+#: (profile gddr6-aim-rules),
 #: tCCD_L = 4 (a test value: GDDR6-AiM's is 2, the same as tCCD), mode
 #: switching with nMODCH = 8 (a test value: GDDR6-AiM's is 32; shorter keeps
 #: the runs short and every switch still in view) and refresh every 1,000
@@ -292,7 +293,8 @@ def icarus_source(path: Path) -> Path:
 def dex_test_config() -> ChannelConfig:
     return small_config().replace(dual_path=True, t_faw=64, bank_groups=2, t_rc=89, t_rtp=12,
                                   t_wr=41, t_wtr=17, t_ccd_l=4, t_rrd_s=11, t_rrd_l=11,
-                                  t_modch=8, t_refi=1000, t_rfc=60)
+                                  t_ccd_reg=2, t_wtr_reg=12, t_rtw_reg=5, t_modch=8,
+                                  t_refi=1000, t_rfc=60)
 
 
 #: The ALU channel the RTL tests use: 2 ALUs (4 banks), 48 rows, the

@@ -58,7 +58,7 @@ def _open_then(cfg, cmds, wdata=()):
 
 @pytest.mark.parametrize("first, second, gap", [
     (wr_inp(0), mac(0, 1, 2, 0), T.t_wr_inp),  # GBuf: the write completes first (any entry)
-    (wr_inp(0), wr_inp(2), T.t_wr_inp),  # GBuf write after write
+    (wr_inp(0), wr_inp(2), 1),  # write after write: pipelined, as MAC after MAC (device only)
     (mac(0, 1, 0, 0), rd_out(1), T.t_mac),  # OBuf: the MAC's update (any entry)
     (rd_out(0), mac(0, 1, 0, 1), T.t_rd_out),  # OBuf: read and cleared before a MAC
     (rd_out(0), rd_out(1), T.t_rd_out),
@@ -179,13 +179,15 @@ def test_docs_worked_example():
 def test_mode_switches_by_hand():
     """A device with modes (docs/timing.md): WR-INP and RD-OUT in register
     mode, the rest in normal mode; each switch is a MODE entry, after which
-    nothing issues for t_modch. The worked example above, with t_modch 32."""
+    nothing issues for t_modch. A switch issues only once what it switches
+    for could (the RD-OUT's switch waits the MAC's execution time, 124 + 8).
+    The worked example above, with t_modch 32."""
     r = ChannelModel(small_config().replace(t_modch=32)).run(
         [wr_inp(0), mac(3, 0, 0, 0), mac(3, 1, 0, 0), rd_out(0)], wdata=[0])
     assert [(e.opcode.name, e.cycle) for e in r.trace] == [
         ("MODE", 1), ("WR_INP", 33),
         ("MODE", 34), ("ACT", 66), ("MAC", 122), ("MAC", 124),
-        ("MODE", 125), ("RD_OUT", 157)]  # t_modch, not t_mac (124 + 8), sets the RD-OUT
+        ("MODE", 132), ("RD_OUT", 164)]
 
 
 def _refresh_checks(cfg, r):

@@ -178,7 +178,8 @@ def test_dcs_groups_commands_by_mode():
         [wr_inp(0), mac(3, 0, 0, 0), mac(3, 1, 0, 0), rd_out(0)], [0])
     assert [(e.opcode.name, e.cycle) for e in r.trace] == [
         ("MODE", 2), ("WR_INP", 34), ("MODE", 35), ("ACT", 67), ("MAC", 123), ("MAC", 125),
-        ("MODE", 126), ("RD_OUT", 158)]  # no switch while the MACs wait tRCD and tCCD
+        ("MODE", 133), ("RD_OUT", 165)]  # no switch while the MACs wait tRCD and tCCD,
+    # nor before the RD-OUT's dependency on the last MAC is met (125 + t_mac)
 
 
 def test_stale_s_table_id_is_not_taken_for_a_new_command_with_the_same_id():

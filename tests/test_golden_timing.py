@@ -15,7 +15,7 @@ from golden.timing import RULES, Constraint, constraints, table
 
 T = Timing(t_rcd=5, t_rp=4, t_ras=9, t_ccd=2, t_wr_inp=2, t_mac=3, t_rd_out=2, t_faw=30,
            t_rc=16, t_rtp=7, t_wr=9, t_wtr=6, t_ccd_l=4, t_rrd_s=3, t_rrd_l=5, t_modch=11,
-           t_refi=200, t_rfc=13)
+           t_refi=200, t_rfc=13, t_ccd_reg=3, t_wtr_reg=8, t_rtw_reg=4)
 UNITS, GROUPS = 8, 2  # banks 0-3 in group 0, 4-7 in group 1
 
 #: per constraint key: the commands issued (cycle, kind, bank, row) and the
@@ -35,6 +35,9 @@ CASES = {
     "t_rrd_l": ([(0, "ACT", 0, 1)], ("ACT", 1, 1), 5),
     "t_faw": ([(0, "ACT", 0, 1), (3, "ACT", 4, 1), (6, "ACT", 1, 1), (9, "ACT", 5, 1)],
               ("ACT", 2, 1), 30),
+    "t_ccd_reg": ([(5, "REG", 0, 0)], ("REG", 0, 0), 5 + 3),
+    "t_wtr_reg": ([(5, "GB", 0, 0)], ("REG", 0, 0), 5 + 8),
+    "t_rtw_reg": ([(5, "REG", 0, 0)], ("GB", 0, 0), 5 + 4),
     "t_modch": ([(0, "MODE", 0, 0)], ("ACT", 0, 1), 11),
     "t_rfc": ([(0, "REF", 0, 0)], ("ACT", 0, 1), 13),
 }

@@ -45,8 +45,10 @@ def dcs_utilization(profile: str = "gddr6-aim", tokens: int = 512, obuf_entries:
                         k.commands, k.wdata).cycles / bound["utilization_bound"], 4)
                 for depth in SENSITIVITY_DEPTHS}
         rows.append(row)
-    slower = [r["kernel"] for r in rows if r["policies"]["dcs"]["cycles"] > min(
-        r["policies"]["static"]["cycles"], r["policies"]["pingpong"]["cycles"])]
+    # kernel -> cycles DCS takes beyond the faster baseline, where it does
+    # (its decode stage puts its first issue a cycle after the in-order ones')
+    slower = {r["kernel"]: d for r in rows if (d := r["policies"]["dcs"]["cycles"] - min(
+        r["policies"]["static"]["cycles"], r["policies"]["pingpong"]["cycles"])) > 0}
     from golden.dcs import paper_table_bits, table_bits
 
     return {"study": "dcs-utilization", "config": cfg.describe(), "tokens": tokens,
