@@ -185,7 +185,7 @@ class ChannelConfig:
         return text
 
 
-PROFILES = {"gddr6-aim": "gddr6_aim.toml", "gddr6-aim-rules": "gddr6_aim_rules.toml",
+PROFILES = {"gddr6-aim": "gddr6_aim.toml", "gddr6-aim-assumed": "gddr6_aim_assumed.toml",
             "hbm2-pim": "hbm2_pim.toml", "hbm-jitq": "hbm_jitq.toml"}
 DEFAULT_PROFILE = "gddr6-aim"
 
@@ -243,10 +243,12 @@ def slice_rows_for(rows: int, n: int, m: int) -> int:
     return split
 
 
-#: The configuration the RTL tests and ``make sim`` use: GDDR6-AiM timing,
-#: a small geometry that still holds a 256 x 512 GEMV.
+#: The configuration the RTL tests and ``make sim`` use: GDDR6-AiM's core
+#: rules with the assumed execution times (profile gddr6-aim-assumed; the
+#: dual-path test channel adds every device rule, sim/generate.py), a small
+#: geometry that still holds a 256 x 512 GEMV.
 def small_config() -> ChannelConfig:
-    return load_profile(DEFAULT_PROFILE, banks=4, rows=64, cols=32, gbuf_entries=32,
+    return load_profile("gddr6-aim-assumed", banks=4, rows=64, cols=32, gbuf_entries=32,
                         obuf_entries=4, cmd_depth=4, wdata_depth=4, rdata_depth=4)
 
 

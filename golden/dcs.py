@@ -200,10 +200,13 @@ def run_dynamic(model, streams: Streams):
         return ((e.did_gbuf is not None and s_gbuf[e.cmd.gbuf_idx].cmd_id != e.did_gbuf)
                 or (e.did_obuf is not None and s_obuf[e.cmd.out_idx].cmd_id != e.did_obuf))
 
-    def access_ok(e: Entry, now: int) -> bool:
+    def access_ok(e: Entry, now: int, device: bool = True) -> bool:
         """``e``'s access (its row open, in its mode) is allowed now: the
-        device rules, its dependencies, its write beat or read credit."""
-        if later(banks.earliest(e.op, banks.touched(e.op, e.cmd))) or not deps_met(e, now):
+        device rules (unless not ``device``), its dependencies, its write
+        beat or read credit."""
+        if device and later(banks.earliest(e.op, banks.touched(e.op, e.cmd))):
+            return False
+        if not deps_met(e, now):
             return False
         if e.op in (Opcode.WR_INP, Opcode.WR) and later(streams.wdata_ready()):
             return False
@@ -215,15 +218,16 @@ def run_dynamic(model, streams: Streams):
         served = banks.served_action(e.op, e.cmd)
         return not later(banks.earliest(*served)) if served else access_ok(e, now)
 
-    def access_ready(q: deque[Entry], now: int) -> bool:
-        """The head of ``q`` can issue its own access now (or consume a
-        discarded beat): no mode switch, PRE or ACT first."""
+    def holds_mode(q: deque[Entry], now: int) -> bool:
+        """The head of ``q`` (the I/O queue) holds the device's mode: its
+        access is in the current mode and waits for nothing but the device's
+        spacing (or it consumes a discarded beat that is there)."""
         if not q or later(q[0].ready):
             return False
         e = q[0]
         if e.op is None:
             return not later(streams.wdata_ready())
-        return banks.next_action(e.op, e.cmd) is None and access_ok(e, now)
+        return banks.next_action(e.op, e.cmd) is None and access_ok(e, now, device=False)
 
     def try_issue(q: deque[Entry], now: int, switch_ok: bool = True) -> bool:
         """Issue the head's next action: its mode switch (unless not
@@ -293,7 +297,8 @@ def run_dynamic(model, streams: Streams):
         oldest = min((q[0].seq for q in (compute_q, io_q) if q), default=i)
         wake = NEVER
         # The compute head first; it does not switch the device's mode while
-        # the I/O head can issue its own access in the current mode, and the
+        # the I/O head's access is in the current mode and waits only for the
+        # device's spacing (holds_mode), and the
         # I/O head switches it only while the compute queue is empty or its
         # head waits for a command that has not issued (an I/O command).
         # A due refresh has the command bus until its REF issues (decode goes on).
@@ -302,7 +307,7 @@ def run_dynamic(model, streams: Streams):
         else:
             if banks.refresh_due is not None:
                 later(banks.refresh_due)
-            progressed = (try_issue(compute_q, c, switch_ok=not access_ready(io_q, c))
+            progressed = (try_issue(compute_q, c, switch_ok=not holds_mode(io_q, c))
                           or try_issue(io_q, c, switch_ok=not compute_q
                                        or waits_for_issue(compute_q[0])))
 

@@ -167,19 +167,24 @@ def utilization_bound(cfg: ChannelConfig, kernel: Kernel) -> dict:
     """The most MAC utilization any scheduler could reach on this stream:
     MAC slots (MACs x tCCD) over the busiest resource's cycles.
 
-    * banks: each row visit costs tRCD + (MACs - 1) x tCCD + 1 (at least
-      tRAS) before its PRE, then tRP; all-bank MACs cannot overlap an
-      activation;
+    * banks: each row visit costs tRCD + (MACs - 1) x tCCD before its last
+      MAC, then its PRE (at least tRTP after that MAC, tRAS after the ACT),
+      then tRP, and at least tRC from ACT to ACT; the last visit ends with
+      its last MAC; all-bank MACs cannot overlap an activation;
     * command bus: one slot per command, PRE and ACT included;
-    * data bus: one tCCD burst per WR-INP and RD-OUT."""
+    * data bus: one burst per WR-INP and RD-OUT (tCCD, or the register
+      accesses' spacing ``t_ccd_reg`` where longer).
+
+    Mode switches (``t_modch``) and refresh are not counted: how many a
+    stream needs depends on the scheduler."""
     tm = cfg.timing
     visits = len(kernel.rows)
-    # ACT, tRCD, the MACs tCCD apart, PRE in the cycle after the last MAC
-    # (and at least tRAS after the ACT), tRP before the next ACT
-    bank = sum(max(tm.t_ras, tm.t_rcd + (m - 1) * tm.t_ccd + 1) for m in kernel.macs_per_row)
-    bank += tm.t_rp * (visits - 1)
+    to_pre = max(1, tm.t_rtp)
+    bank = sum(max(tm.t_rc, max(tm.t_ras, tm.t_rcd + (m - 1) * tm.t_ccd + to_pre) + tm.t_rp)
+               for m in kernel.macs_per_row[:-1])
+    bank += tm.t_rcd + (kernel.macs_per_row[-1] - 1) * tm.t_ccd + 1 if visits else 0
     commands = len(kernel.commands) + 2 * visits
-    io = sum(c.opcode != Opcode.MAC for c in kernel.commands) * tm.t_ccd
+    io = sum(c.opcode != Opcode.MAC for c in kernel.commands) * max(tm.t_ccd, tm.t_ccd_reg)
     macs = sum(kernel.macs_per_row)
     busiest = max(bank, commands, io)
     return {"bound_cycles": busiest, "bank_cycles": bank, "command_bus_cycles": commands,

@@ -103,18 +103,19 @@ class DcsController(Controller):
         what issued."""
         tm = self.config.timing
         # Modes (a device with t_modch > 0; golden.dcs): the compute head does
-        # not switch the mode while the I/O head can issue its own access in
-        # the current mode, and the I/O head switches it only while the
-        # compute queue is empty or its head waits for an unissued command.
+        # not switch the mode while the I/O head's access is in the current
+        # mode and waits only for the device's spacing, and the I/O head
+        # switches it only while the compute queue is empty or its head waits
+        # for an unissued command.
         io_data_ok = (~io_op.write | self.wbeat_valid) & (~io_op.read | self.credit)
         io_reg = io_op.wr_inp | io_op.rd_out  # register accesses: no bank
         io_switch = Signal()  # the I/O head's register access needs the other mode
         if tm.t_modch:
             m.d.comb += io_switch.eq(io_reg & ~banks.reg_mode)
-        io_access_ok = io_valid & Mux(
-            ih.discard, self.wbeat_valid,
-            io_reg & ~io_switch & io_deps & io_data_ok & Mux(io_op.wr_inp, banks.gb_ok,
-                                                                banks.reg_ok))
+        # the I/O head holds the mode: a register access in the current mode
+        # that waits for nothing but the device's spacing (golden.dcs)
+        io_holds_mode = io_valid & Mux(ih.discard, self.wbeat_valid,
+                                       io_reg & ~io_switch & io_deps & io_data_ok)
 
         # A due refresh has the bus until its REF (golden.dcs): the heads wait.
         r_mode, r_pre, do_ref = Signal(), Signal(), Signal(name="do_ref")
@@ -126,7 +127,7 @@ class DcsController(Controller):
         c_mode, c_pre, c_act, c_col = Signal(), Signal(), Signal(), Signal()
         with m.If(c_valid & free):
             choose(m, banks, c_pre, c_act, c_col, c_deps, do_mode=c_mode,
-                   switch_ok=~io_access_ok)
+                   switch_ok=~io_holds_mode)
         c_issue = c_mode | c_pre | c_act | c_col
 
         io_mode, io_pre, io_act, io_col, io_discard = (Signal() for _ in range(5))

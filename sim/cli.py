@@ -293,11 +293,29 @@ def cmd_bench(args) -> int:
 def cmd_dcs_utilization(args) -> int:
     from golden.system.studies import dcs_utilization
 
-    _emit(dcs_utilization(args.profile, tokens=args.tokens,
+    _emit(dcs_utilization(args.profile, tokens=512 if args.tokens is None else args.tokens,
                           d_heads=_int_list(args.d_heads, "--d-heads"),
-                          groups=_int_list(args.groups, "--groups"),
-                          fc_dims=_int_list(args.fc_dims, "--fc-dims"),
+                          groups=_int_list(args.groups or "1,2,4,8", "--groups"),
+                          fc_dims=_int_list(args.fc_dims or "128,512,4096", "--fc-dims"),
                           **_overrides(args.set)), args.json)
+    return 0
+
+
+def cmd_fc_utilization(args) -> int:
+    from golden.system.studies import FC_SWEEP, fc_utilization
+
+    dims = _int_list(args.fc_dims, "--fc-dims") if args.fc_dims else FC_SWEEP
+    _emit(fc_utilization(args.profile, dims=dims, **_overrides(args.set)), args.json)
+    return 0
+
+
+def cmd_kernel_breakdown(args) -> int:
+    from golden.system.studies import kernel_breakdown
+
+    _emit(kernel_breakdown(args.profile, d_head=args.d_head,
+                           groups=_int_list(args.groups or "1,8", "--groups"),
+                           tokens=4096 if args.tokens is None else args.tokens,
+                           **_overrides(args.set)), args.json)
     return 0
 
 
@@ -390,6 +408,7 @@ def cmd_system_study(args) -> int:
 
 
 STUDIES = {"gemv": cmd_gemv, "dcs-utilization": cmd_dcs_utilization,
+           "fc-utilization": cmd_fc_utilization, "kernel-breakdown": cmd_kernel_breakdown,
            "dpa-program-size": cmd_dpa_program_size, "dpa-capacity": cmd_dpa_capacity,
            "sherpa": cmd_sherpa, "hetero-training": cmd_hetero_training, "jitq": cmd_jitq,
            "pimphony": cmd_system_study, "pimphony-scaling": cmd_system_study,
@@ -475,13 +494,17 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("run", help="run a golden-model study by name")
     s.add_argument("study", help=f"one of: {', '.join(sorted(STUDIES))}")
     gemv_args(s)
-    s.add_argument("--tokens", type=int, default=512,
-                   help="dcs-utilization: context tokens per channel")
+    s.add_argument("--tokens", type=int, default=None,
+                   help="dcs-utilization (default 512), kernel-breakdown (4096): context tokens "
+                        "per channel")
     s.add_argument("--d-heads", default="64,128,256", help="dcs-utilization: d_head values")
-    s.add_argument("--groups", default="1,2,4,8", help="dcs-utilization: GQA group sizes")
-    s.add_argument("--fc-dims", default="128,512,4096",
-                   help="dcs-utilization: FC d_in and d_out values")
-    s.add_argument("--d-head", type=int, default=128, help="dpa-program-size: d_head")
+    s.add_argument("--groups", default=None,
+                   help="dcs-utilization (default 1,2,4,8), kernel-breakdown (1,8): GQA groups")
+    s.add_argument("--fc-dims", default=None,
+                   help="dcs-utilization (default 128,512,4096): FC d_in and d_out values; "
+                        "fc-utilization (128 .. 8192): d_in = d_out")
+    s.add_argument("--d-head", type=int, default=128,
+                   help="dpa-program-size, kernel-breakdown: d_head")
     s.add_argument("--requests", type=int, default=4096,
                    help="dpa-capacity: context lengths drawn per dataset (with --seed)")
     s.add_argument("--chunk-bytes", type=int, default=1 << 20,
@@ -535,7 +558,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--aim-sim", metavar="BIN",
                    help="the AiM simulator's ramulator2 binary (built outside the project); "
                         "without it only the project's cycles")
-    s.add_argument("--profile", default="gddr6-aim-rules",
+    s.add_argument("--profile", default="gddr6-aim",
                    help=f"device profile: {', '.join(PROFILES)} or a TOML file")
     s.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a timing key on both sides, e.g. --set t_modch=1")

@@ -283,7 +283,7 @@ def icarus_source(path: Path) -> Path:
 #: device rule of docs/timing.md on, so that the RTL runs the whole
 #: constraint table under both simulators: two bank groups, the AiM
 #: simulator's tRC, tRTP, tWR, tWTR, tRRD and register-access spacing
-#: (profile gddr6-aim-rules),
+#: (profile gddr6-aim),
 #: tCCD_L = 4 (a test value: GDDR6-AiM's is 2, the same as tCCD), mode
 #: switching with nMODCH = 8 (a test value: GDDR6-AiM's is 32; shorter keeps
 #: the runs short and every switch still in view) and refresh every 1,000

@@ -14,7 +14,7 @@ from golden.streams import mac, rd, rd_out, wr_inp
 from sim.aim import AIM_KEYS, NO_REFRESH, aim_config, compare, run_aim, trace_lines
 from sim.cli import main
 
-CFG = load_profile("gddr6-aim-rules", obuf_entries=1, **NO_REFRESH)
+CFG = load_profile("gddr6-aim", obuf_entries=1, **NO_REFRESH)
 
 
 def test_one_instruction_per_command_on_channel_mask_1():
@@ -72,7 +72,7 @@ def test_run_reports_a_failing_or_missing_simulator(tmp_path):
 
 
 def test_compare_without_the_simulator_gives_the_project_side(tmp_path):
-    data = compare("gddr6-aim-rules", {}, ["qkt-d128-16k"], out_dir=tmp_path)
+    data = compare("gddr6-aim", {}, ["qkt-d128-16k"], out_dir=tmp_path)
     (row,) = data["rows"]
     assert "aim_cycles" not in row and row["project_cycles"] > 0
     assert row["mode_switches"] == 2 * 1024 + 1  # two per RD-OUT, one for the first loads

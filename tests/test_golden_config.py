@@ -33,7 +33,7 @@ def test_config_errors_name_the_key():
         ChannelConfig(policy="fifo")
 
 
-@pytest.mark.parametrize("name", ["gddr6-aim", "gddr6-aim-rules", "hbm2-pim"])
+@pytest.mark.parametrize("name", ["gddr6-aim", "gddr6-aim-assumed", "hbm2-pim"])
 def test_profiles_load_with_sources(name):
     cfg = load_profile(name)
     assert cfg.banks == 16 and cfg.timing.t_rcd > 0

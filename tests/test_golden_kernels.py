@@ -68,10 +68,45 @@ def test_cli_runs_the_study(capsys):
 
 def test_deeper_queues_close_the_gap_on_a_reloading_fc():
     """The FC rows with d_in 4096 reload the input per DRAM row; a shallow
-    compute queue keeps the loads from being decoded early (docs/scheduling.md)."""
-    k = fc(CFG, 4096, 32)
-    bound = utilization_bound(CFG, k)["bound_cycles"]
-    cycles = [ChannelModel(CFG.replace(policy="dcs", io_depth=d, compute_depth=d)).run(
+    compute queue keeps the loads from being decoded early (docs/scheduling.md).
+    On the device with modes the loads (register mode) cannot overlap the MACs
+    (normal mode) at all and depth buys nothing; without modes it does."""
+    no_modes = CFG.replace(t_modch=0)
+    k = fc(no_modes, 4096, 32)
+    bound = utilization_bound(no_modes, k)["bound_cycles"]
+    cycles = [ChannelModel(no_modes.replace(policy="dcs", io_depth=d, compute_depth=d)).run(
         k.commands, k.wdata).cycles for d in (4, 16, 64)]
     assert cycles[0] > cycles[1] > cycles[2] >= bound
     assert cycles[0] > 1.15 * bound and cycles[2] < 1.05 * bound
+    with_modes = [ChannelModel(CFG.replace(policy="dcs", io_depth=d, compute_depth=d)).run(
+        k.commands, k.wdata).cycles for d in (4, 64)]
+    assert with_modes[0] == with_modes[1] > cycles[0]
+
+
+def test_fc_utilization_study_rows_and_labels():
+    from golden.system.studies import fc_utilization
+
+    r = fc_utilization(dims=(128, 1024))
+    assert [row["d"] for row in r["rows"]] == [128, 1024]
+    for row in r["rows"]:
+        for p in row["policies"].values():
+            assert sum(p["labels"].values()) == p["cycles"]
+            assert p["mac_utilization"] <= row["utilization_bound"]
+            assert p["labels"]["mac"] == row["macs"] * CFG.timing.t_ccd  # MACs never overlap
+    # the larger GEMV amortises its loads and switches: higher static utilization
+    static = [row["policies"]["static"]["mac_utilization"] for row in r["rows"]]
+    assert static[1] > static[0]
+
+
+def test_kernel_breakdown_separates_mode_switches(capsys):
+    assert main(["run", "kernel-breakdown", "--tokens", "512", "--groups", "1",
+                 "--json", "-"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [r["kernel"] for r in data["rows"]] == ["qkt d128 g1", "sv d128 g1"]
+    for row in data["rows"]:
+        st, dcs = row["policies"]["static"], row["policies"]["dcs"]
+        for p in (st, dcs):
+            assert p["mac"] + p["refresh"] + p["mode"] + p["act_pre"] + p["io"] == p["cycles"]
+        assert st["mac"] == dcs["mac"]  # the same MACs
+        assert dcs["mode"] < st["mode"]  # DCS groups the register accesses
+    assert main(["run", "kernel-breakdown", "--tokens", "0"]) == 2

@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 
+from golden.channel import ChannelModel
 from golden.config import ConfigError, load_profile
 from golden.system import pimphony, scenario, sweep
 from golden.system.kernel_timing import CALIBRATE, LABELS, KernelTimer, Shape
@@ -67,18 +68,20 @@ def test_fast_mode_is_exact_up_to_the_calibration_and_zero_at_zero(monkeypatch):
 
 def test_fast_mode_extrapolates_over_the_streams_period(monkeypatch):
     """The fast mode extrapolates over the stream's period: 1 when every unit
-    adds the same cycles, 2 when the steps alternate; ping-pong's SV stream
-    (its hand-offs wait the same every unit) repeats every unit and stays
-    exact far beyond its calibration."""
+    adds the same cycles, 2 when the steps alternate, longer where mode and
+    row switches fall out of step (DCS's QK^T on gddr6-aim: 5 units); such
+    streams (without refresh) stay exact far beyond their calibration."""
     assert KernelTimer.period([{"cycles": c} for c in (10, 20, 30, 40)]) == 1
-    assert KernelTimer.period([{"cycles": c} for c in (10, 25, 35, 50)]) == 2
+    assert KernelTimer.period([{"cycles": c} for c in (10, 25, 35, 50, 60, 75)]) == 2
+    assert KernelTimer.period([{"cycles": c} for c in (10, 25, 35, 50)]) == 2  # half of 4
     monkeypatch.setenv("PIMORCH_KERNEL_CACHE", "off")
-    cfg = channel_config("gddr6-aim", "pingpong", ASM)
-    shape = Shape("sv", 128, 1)
-    fast, exact = KernelTimer(cfg, "fast"), KernelTimer(cfg, "exact")
-    assert fast.period(fast.calibration(shape)) == 1
-    for u in (9, 10):
-        assert fast(shape, [u])["cycles"][0] == exact.exact(shape, u)["cycles"]
+    for policy, kind, period in (("pingpong", "sv", 1), ("dcs", "qkt", 5)):
+        cfg = channel_config("gddr6-aim", policy, ASM).replace(t_refi=0, t_rfc=0)
+        shape = Shape(kind, 128, 1)
+        fast, exact = KernelTimer(cfg, "fast"), KernelTimer(cfg, "exact")
+        assert fast.period(fast.calibration(shape)["units"]) == period
+        for u in (CALIBRATE[kind] + 7, CALIBRATE[kind] + 8):
+            assert fast(shape, [u])["cycles"][0] == exact.exact(shape, u)["cycles"]
 
 
 def test_kernel_cache_on_disk_is_reused(tmp_path, monkeypatch):
@@ -150,7 +153,8 @@ class LinearTimer:
 
     def __call__(self, shape, units):
         u = np.asarray(units, dtype=np.int64)
-        return {"cycles": 10 * u, "mac": 4 * u, "act_pre": 2 * u, "io": 4 * u}
+        return {"cycles": 10 * u, "mac": 4 * u, "act_pre": 2 * u, "io": 4 * u, "mode": 0 * u,
+                "refresh": 0 * u}
 
 
 TINY = Model("tiny", layers=3, heads=2, d_head=128, d_model=256, d_ff=512, group=1,
@@ -326,3 +330,19 @@ def test_scenario_semantic_errors_name_the_key(tmp_path):
         scenario.load("pimphony", str(bad))
     with pytest.raises(ConfigError, match="does not exist"):
         scenario.load("pimphony", str(tmp_path / "none.toml"))
+
+
+def test_labels_count_refresh_and_mode_switch_windows(monkeypatch):
+    """gddr6-aim refreshes (tREFI 3,333, tRFC 210) and switches modes (nMODCH
+    32): a kernel long enough to refresh labels each REF's tRFC window as
+    refresh (no MAC can run in it: the refresh closed every row), and the
+    mode label is at most nMODCH per switch."""
+    from golden.system.kernel_timing import labels
+
+    cfg = channel_config("gddr6-aim", "static", ASM)
+    k = Shape("qkt", 128, 1).build(cfg, 30)
+    lab = labels(cfg, k)
+    assert lab["refreshes"] >= 2 and lab["refresh"] == lab["refreshes"] * cfg.timing.t_rfc
+    switches = ChannelModel(cfg).run(k.commands, k.wdata).mode_switches
+    assert 0 < lab["mode"] <= switches * cfg.timing.t_modch
+    assert lab["cycles"] == sum(lab[x] for x in LABELS[1:])

@@ -13,17 +13,29 @@ period of the stream:
 **Exact mode** builds the stream of ``units`` units and runs it through
 :class:`golden.channel.ChannelModel`. **Fast mode** runs the cycle-exact
 model once per shape on ``1 .. CALIBRATE[kind]`` units and extrapolates
-beyond: the streams repeat unit by unit, so after the first unit the
-cycles grow by a constant step per unit, or (a stream whose units
-alternate) by a constant step per two units. The period is 1 when the
-last two measured steps agree, else 2 (:meth:`KernelTimer.period`).
+beyond: the streams repeat, so after the first units the cycles grow by
+a repeating pattern of steps: one step per unit, or per two units (a
+stream whose units alternate buffer halves), or a longer pattern where
+mode switches and row switches fall out of step. The period is the
+shortest whose last two repeats of steps agree (:meth:`KernelTimer.period`;
+half the calibration if none does).
 ``tests/test_golden_system.py`` compares fast with exact on every shape the
 studies use and fails above 2 %.
 
+Refresh (a profile with ``t_refi``) does not repeat with the units. Fast
+mode then calibrates the units on the channel without refresh (the steps)
+and with it (1 .. CALIBRATE[kind], exact), and measures once per shape what
+one refresh adds to every label, on a run of about eight refresh intervals;
+beyond the calibration a kernel of base cycles ``b`` gets
+``(b - r) // (t_refi - r)`` refreshes of ``r`` cycles each (the k-th falls
+due while it runs when ``b > k t_refi - (k - 1) r``).
+
 Every run is split into cycle labels (each cycle counted once, in this
-priority): ``mac`` (a MAC in flight: issue to issue + tCCD), ``act_pre``
-(inside an ACT's tRCD or a PRE's tRP window), ``io`` (everything else:
-WR-INP / RD-OUT bursts and waits). The labels sum to the cycles.
+priority): ``mac`` (a MAC in flight: issue to issue + tCCD), ``refresh``
+(inside a REF's tRFC window), ``mode`` (inside a mode switch's nMODCH
+window), ``act_pre`` (inside an ACT's tRCD or a PRE's tRP window), ``io``
+(everything else: WR-INP / RD-OUT bursts and waits). The labels sum to
+the cycles.
 
 Calibrations are cached in memory and, keyed by the channel model's source
 and the configuration, on disk (``PIMORCH_KERNEL_CACHE``, default
@@ -46,9 +58,11 @@ from golden.isa import LANES, Opcode
 from golden.kernels import Kernel, fc, qkt, sv
 
 KINDS = ("qkt", "sv", "fc")
-LABELS = ("cycles", "mac", "act_pre", "io")
+LABELS = ("cycles", "mac", "refresh", "mode", "act_pre", "io")
+#: Refresh intervals the per-refresh calibration run spans, about.
+REFRESH_RUN = 8
 #: Units run cycle-exactly per shape in fast mode; beyond, linear.
-CALIBRATE = {"qkt": 4, "sv": 4, "fc": 3}
+CALIBRATE = {"qkt": 12, "sv": 12, "fc": 6}
 MODES = ("fast", "exact")
 
 
@@ -94,20 +108,25 @@ def labels(cfg: ChannelConfig, kernel: Kernel) -> dict[str, int]:
     """Run ``kernel`` cycle-exactly; its cycles split into labels."""
     r = ChannelModel(cfg).run(kernel.commands, kernel.wdata)
     tm = cfg.timing
-    mac = np.zeros(r.cycles + tm.t_ccd + 1, dtype=bool)
-    row = np.zeros_like(mac)
+    span = r.cycles + max(tm.t_ccd, tm.t_rfc, tm.t_modch, tm.t_rcd, tm.t_rp) + 1
+    windows = {lab: np.zeros(span, dtype=bool) for lab in ("mac", "refresh", "mode", "act_pre")}
+    width = {Opcode.MAC: ("mac", tm.t_ccd), Opcode.REF: ("refresh", tm.t_rfc),
+             Opcode.MODE: ("mode", tm.t_modch), Opcode.ACT: ("act_pre", tm.t_rcd),
+             Opcode.PRE: ("act_pre", tm.t_rp)}
+    refreshes = 0
     for e in r.trace:
-        if e.opcode == Opcode.MAC:
-            mac[e.cycle:e.cycle + tm.t_ccd] = True
-        elif e.opcode == Opcode.ACT:
-            row[e.cycle:e.cycle + tm.t_rcd] = True
-        elif e.opcode == Opcode.PRE:
-            row[e.cycle:e.cycle + tm.t_rp] = True
-    mac, row = mac[:r.cycles], row[:r.cycles]
-    n_mac = int(mac.sum())
-    n_row = int((row & ~mac).sum())
-    return {"cycles": r.cycles, "mac": n_mac, "act_pre": n_row,
-            "io": r.cycles - n_mac - n_row}
+        if e.opcode in width:
+            lab, n = width[e.opcode]
+            windows[lab][e.cycle:e.cycle + n] = True
+            refreshes += e.opcode == Opcode.REF
+    out, taken = {"cycles": r.cycles}, np.zeros(r.cycles, dtype=bool)
+    for lab, w in windows.items():  # in priority order
+        mine = w[:r.cycles] & ~taken
+        out[lab] = int(mine.sum())
+        taken |= mine
+    out["io"] = r.cycles - int(taken.sum())
+    out["refreshes"] = refreshes
+    return out
 
 
 def _source_digest() -> str:
@@ -138,8 +157,10 @@ class KernelTimer:
 
     # -- calibration -------------------------------------------------------
 
-    def calibration(self, shape: Shape) -> list[dict[str, int]]:
-        """Labels for 1 .. CALIBRATE[kind] units (cached)."""
+    def calibration(self, shape: Shape) -> dict:
+        """Labels for 1 .. CALIBRATE[kind] units (``units``); with refresh
+        also without it (``base``) and what one refresh adds to each label
+        (``per_refresh``). Cached."""
         k = shape.key()
         if k not in self.table:
             disk = _disk_cache()
@@ -147,12 +168,28 @@ class KernelTimer:
             if disk is not None and dk in disk["entries"]:
                 self.table[k] = disk["entries"][dk]
             else:
-                self.table[k] = [labels(self.cfg, shape.build(self.cfg, u))
-                                 for u in range(1, CALIBRATE[shape.kind] + 1)]
+                self.table[k] = self._calibrate(shape)
                 if disk is not None:
                     disk["entries"][dk] = self.table[k]
                     _disk_save(disk)
         return self.table[k]
+
+    def _calibrate(self, shape: Shape) -> dict:
+        n = CALIBRATE[shape.kind]
+        units = [labels(self.cfg, shape.build(self.cfg, u)) for u in range(1, n + 1)]
+        tm = self.cfg.timing
+        if not tm.t_refi:
+            return {"units": units}
+        plain = self.cfg.replace(t_refi=0, t_rfc=0)
+        base = [labels(plain, shape.build(plain, u)) for u in range(1, n + 1)]
+        cal = {"units": units, "base": base}
+        step = max(1, base[-1]["cycles"] - base[-2]["cycles"] if n > 1 else base[-1]["cycles"])
+        run = max(n + 1, REFRESH_RUN * tm.t_refi // step)
+        with_ref = labels(self.cfg, shape.build(self.cfg, run))
+        without = labels(plain, shape.build(plain, run))
+        count = max(1, with_ref["refreshes"])
+        cal["per_refresh"] = {lab: (with_ref[lab] - without[lab]) / count for lab in LABELS}
+        return cal
 
     # -- evaluation --------------------------------------------------------
 
@@ -165,25 +202,43 @@ class KernelTimer:
     def fast(self, shape: Shape, units) -> dict[str, np.ndarray]:
         """Labels for an array of unit counts (0 units: 0 cycles)."""
         cal = self.calibration(shape)
+        steps = cal.get("base", cal["units"])
         u = np.asarray(units, dtype=np.int64)
-        n = len(cal)
-        period = self.period(cal)
+        n = len(steps)
+        period = self.period(steps)
         # beyond n: k whole periods past a measured unit of the same phase
         k = np.maximum(-(-(u - n) // period), 0)
-        base = np.minimum(u - k * period, n)
-        out = {}
-        for lab in LABELS:
-            measured = np.array([0] + [c[lab] for c in cal], dtype=np.int64)
-            out[lab] = measured[base] + k * (measured[n] - measured[n - period])
+        at = np.minimum(u - k * period, n)
+        out = {lab: np.array([0] + [c[lab] for c in steps], dtype=np.int64)[at]
+                    + k * (steps[n - 1][lab] - (steps[n - 1 - period][lab] if n > period else 0))
+               for lab in LABELS}
+        if "base" in cal:  # refreshes beyond the calibration, then the measured units
+            per = cal["per_refresh"]
+            t_refi = self.cfg.timing.t_refi
+            # the k-th refresh falls due while the kernel runs when its base
+            # cycles exceed k t_refi less the k - 1 refreshes before it
+            r = int(round(per["cycles"]))
+            count = np.maximum(out["cycles"] - r, 0) // max(1, t_refi - r)
+            for lab in LABELS:
+                out[lab] = out[lab] + np.rint(count * per[lab]).astype(np.int64)
+            out["io"] = out["cycles"] - sum(out[lab] for lab in LABELS[1:-1])
+            exact = u <= n
+            for lab in LABELS:
+                measured = np.array([0] + [c[lab] for c in cal["units"]], dtype=np.int64)
+                out[lab] = np.where(exact, measured[np.minimum(u, n)], out[lab])
         return out
 
     @staticmethod
     def period(cal: list[dict[str, int]]) -> int:
-        """Units after which the stream's cycles repeat their steps: 1, or 2
-        when the last two steps differ (a stream whose units alternate, such as
-        one that takes turns on two buffer halves)."""
+        """Units after which the stream's steps repeat: the shortest period
+        whose last two repeats agree (1: a constant step; 2: a stream whose
+        units alternate), else half the calibration."""
         c = [0] + [x["cycles"] for x in cal]
-        return 1 if c[-1] - c[-2] == c[-2] - c[-3] else 2
+        steps = [b - a for a, b in zip(c[1:], c[2:], strict=False)]  # from the second unit
+        for p in range(1, len(steps) // 2 + 1):
+            if steps[-p:] == steps[-2 * p:-p]:
+                return p
+        return max(1, len(cal) // 2)
 
     def __call__(self, shape: Shape, units) -> dict[str, np.ndarray]:
         if self.mode == "fast":

@@ -160,7 +160,11 @@ def parallel_options(model: Model, modules: int) -> list[tuple[int, int]]:
     return out
 
 
-COMPONENTS = ("fc", "attention_mac", "attention_io", "act_pre", "reduction", "link_io")
+COMPONENTS = ("fc", "attention_mac", "attention_io", "act_pre", "attention_mode", "refresh",
+              "reduction", "link_io")
+#: attention components <- kernel cycle labels (golden.system.kernel_timing)
+_ATTENTION = (("attention_mac", "mac"), ("act_pre", "act_pre"), ("attention_io", "io"),
+              ("attention_mode", "mode"), ("refresh", "refresh"))
 
 
 def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: int,
@@ -186,8 +190,7 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
                 tok = -(-lens // ch)
                 q, s = timer(qk, qk.units(cfg, tok)), timer(svs, svs.units(cfg, tok))
                 epu = epu + (ch - 1) * model.group * model.d_head
-                for name, lab in (("attention_mac", "mac"), ("act_pre", "act_pre"),
-                                  ("attention_io", "io")):
+                for name, lab in _ATTENTION:
                     comp[name] = float(q[lab].sum() + s[lab].sum())
                 comp["reduction"] = float(epu.sum()) / asm.epu_lanes
                 mac = ch * int(q["mac"].sum() + s["mac"].sum())
@@ -196,13 +199,12 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
                 q, s = timer(qk, qk.units(cfg, lens)), timer(svs, svs.units(cfg, lens))
                 where = np.arange(len(lens)) % ch
                 load = {lab: np.bincount(where, q[lab] + s[lab], minlength=ch)
-                        for lab in ("cycles", "mac", "act_pre", "io")}
+                        for lab in ("cycles", *(lab for _, lab in _ATTENTION))}
                 epu_ch = np.bincount(where, epu, minlength=ch) / asm.epu_lanes
                 crit = int(np.argmax(load["cycles"] + epu_ch))
                 phase = max(float(load["cycles"][crit] + epu_ch[crit]), float(epu_ch.sum()))
-                comp["attention_mac"] = float(load["mac"][crit])
-                comp["act_pre"] = float(load["act_pre"][crit])
-                comp["attention_io"] = float(load["io"][crit])
+                for name, lab in _ATTENTION:
+                    comp[name] = float(load[lab][crit])
                 comp["reduction"] = phase - float(load["cycles"][crit])
                 mac, busy = int(load["mac"].sum()), int(load["cycles"].sum())
             comp = {k: v * tck for k, v in comp.items()}

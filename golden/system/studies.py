@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 
 from golden.channel import ChannelModel
-from golden.config import POLICIES, load_profile
+from golden.config import POLICIES, ConfigError, load_profile
+from golden.isa import LANES
 from golden.kernels import Kernel, fc, qkt, sv, utilization_bound
 
 D_HEADS = (64, 128, 256)
@@ -61,6 +62,71 @@ def dcs_utilization(profile: str = "gddr6-aim", tokens: int = 512, obuf_entries:
                               for p in POLICIES},
             "rows": rows,
             "wall_s": round(time.perf_counter() - started, 2)}
+
+
+#: FC GEMV sizes of the utilization-vs-dimension study (d_in = d_out)
+FC_SWEEP = (128, 256, 512, 1024, 2048, 4096, 8192)
+
+
+def fc_utilization(profile: str = "gddr6-aim", dims=FC_SWEEP, obuf_entries: int = 8,
+                   **overrides) -> dict:
+    """MAC utilization (MACs x tCCD / cycles) of the square FC GEMV against
+    its dimension, per controller policy, with the cycle labels of the
+    static run (golden.system.kernel_timing.labels)."""
+    from golden.system.kernel_timing import labels
+
+    cfg = load_profile(profile, obuf_entries=obuf_entries, **overrides)
+    for d in dims:
+        if d < LANES or d % LANES or d > max(FC_SWEEP):
+            raise ConfigError(f"fc-utilization: dimension {d} must be a multiple of {LANES} "
+                              f"from {LANES} to {max(FC_SWEEP)}")
+    rows, started = [], time.perf_counter()
+    for d in dims:
+        k = fc(cfg, d, d)
+        bound = utilization_bound(cfg, k)
+        row = {"d": d, "commands": len(k.commands), "macs": bound["macs"],
+               "utilization_bound": bound["utilization_bound"], "policies": {}}
+        for policy in POLICIES:
+            pc = cfg.replace(policy=policy)
+            lab = labels(pc, k)
+            row["policies"][policy] = {
+                "cycles": lab["cycles"],
+                "mac_utilization": round(bound["macs"] * cfg.timing.t_ccd / lab["cycles"], 4),
+                "labels": {x: lab[x] for x in ("mac", "refresh", "mode", "act_pre", "io")}}
+        rows.append(row)
+    return {"study": "fc-utilization", "config": cfg.describe(), "rows": rows,
+            "wall_s": round(time.perf_counter() - started, 2)}
+
+
+def kernel_breakdown(profile: str = "gddr6-aim", d_head: int = 128, groups=(1, 8),
+                     tokens: int = 4096, obuf_entries: int = 8, **overrides) -> dict:
+    """Where the cycles of the attention kernels go (QK^T and SV of one KV
+    head on one channel, ``tokens`` tokens), per policy: MAC, refresh, mode
+    switches, ACT/PRE and the rest (I/O bursts and stalls), in cycles and
+    shares (the labels of golden.system.kernel_timing)."""
+    from golden.system.kernel_timing import labels
+
+    if not 1 <= tokens <= 1 << 20:
+        raise ConfigError(f"kernel-breakdown: tokens must be 1 .. {1 << 20}, not {tokens}")
+    cfg = load_profile(profile, obuf_entries=obuf_entries, **overrides)
+    rows = []
+    for make in (qkt, sv):
+        for g in groups:
+            k = make(cfg, d_head, g, tokens)
+            row = {"kernel": k.name, "policies": {}}
+            for policy in POLICIES:
+                lab = labels(cfg.replace(policy=policy), k)
+                row["policies"][policy] = {
+                    "cycles": lab["cycles"], "refreshes": lab["refreshes"],
+                    **{x: lab[x] for x in ("mac", "refresh", "mode", "act_pre", "io")},
+                    "shares": {x: round(lab[x] / lab["cycles"], 4)
+                               for x in ("mac", "refresh", "mode", "act_pre", "io")}}
+            rows.append(row)
+    return {"study": "kernel-breakdown", "config": cfg.describe(), "tokens": tokens,
+            "labels": "mac: MAC issue to + tCCD; refresh: REF to + tRFC; mode: MODE to + "
+                      "nMODCH; act_pre: ACT + tRCD, PRE + tRP; io: the rest (WR-INP / RD-OUT "
+                      "bursts and stalls); each cycle once, in this order",
+            "rows": rows}
 
 
 CONTEXTS = tuple(1 << k for k in range(10, 21))  # 1K .. 1M tokens
