@@ -251,9 +251,9 @@ def cmd_timing(args) -> int:
                "constraints": rows}, args.json)
         return 0
     print(f"{args.profile}: {len(rows)} constraints (latencies in controller cycles)")
-    print(f"  {'key':8} {'level':9} {'after':6} {'before':6} {'window':>6} {'cycles':>6}  source")
+    print(f"  {'key':10} {'level':9} {'after':6} {'before':6} {'window':>6} {'cycles':>6}  source")
     for r in rows:
-        print(f"  {r['key']:8} {r['level']:9} {r['preceding']:6} {r['following']:6} "
+        print(f"  {r['key']:10} {r['level']:9} {r['preceding']:6} {r['following']:6} "
               f"{r['window']:>6} {r['latency']:>6}  {r['source']}")
     return 0
 
