@@ -21,7 +21,8 @@ from sim.generate import BUILD
 #: task -> (policy, liveness properties on, BMC depth, stricter, device
 #: rules): a task with stricter > 0 checks a false property and passes when
 #: the solver finds a counterexample (proof that the harness can fail). The
-#: device tasks check the timing table on DEVICE_CONFIG (tb/formal.py).
+#: device tasks check the timing table on DEVICE_CONFIG (tb/formal.py); the
+#: "refresh" one on REFRESH_CONFIG, whose first refresh falls within reach.
 TASKS = {
     "dcs-safety": ("dcs", False, 8, 0, False),
     "dcs-live": ("dcs", True, 9, 0, False),
@@ -30,6 +31,7 @@ TASKS = {
     "dcs-device": ("dcs", False, 9, 0, True),
     "static-device": ("static", False, 11, 0, True),
     "device-false-property": ("dcs", False, 8, 1, True),
+    "refresh-device": ("static", False, 12, 0, "refresh"),
 }
 
 
@@ -51,7 +53,7 @@ def _tool_env() -> dict[str, str]:
 def run_task(task: str, depth: int | None = None) -> FormalResult:
     from amaranth.back import rtlil
 
-    from tb.formal import DEVICE_CONFIG, FORMAL_CONFIG, FormalChannel
+    from tb.formal import DEVICE_CONFIG, FORMAL_CONFIG, REFRESH_CONFIG, FormalChannel
 
     policy, live, default_depth, stricter, device = TASKS[task]
     depth = depth or default_depth
@@ -64,8 +66,9 @@ def run_task(task: str, depth: int | None = None) -> FormalResult:
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    config = (DEVICE_CONFIG if device else FORMAL_CONFIG).replace(policy=policy)
-    harness = FormalChannel(config, live=live, stricter=stricter, device=device)
+    config = {"refresh": REFRESH_CONFIG, True: DEVICE_CONFIG, False: FORMAL_CONFIG}[device]
+    harness = FormalChannel(config.replace(policy=policy), live=live, stricter=stricter,
+                            device=bool(device))
     ports = [harness.cmd_valid, harness.cmd_payload.as_value(), harness.wdata_valid,
              harness.rdata_ready]
     (folder / "design.il").write_text(rtlil.convert(harness, name="top", ports=ports))

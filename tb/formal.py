@@ -51,6 +51,9 @@ FORMAL_CONFIG = ChannelConfig(
 DEVICE_CONFIG = FORMAL_CONFIG.replace(rows=2, t_rcd=3, t_rp=2, t_ras=3, t_ccd=2, t_rc=6,
                                       t_rtp=2, t_wr=3, t_wtr=2, t_ccd_reg=2, t_wtr_reg=3,
                                       t_rtw_reg=3, t_modch=2)
+#: The ``refresh`` task's configuration: the device rules short enough that
+#: the first refresh falls due (t_refi) and issues within the BMC depth.
+REFRESH_CONFIG = FORMAL_CONFIG.replace(rows=2, t_rfc=2, t_refi=8)
 SLOTS = 8  # ghost slots, indexed by command ID: more than can be in flight
 LIVE_BOUND = 7
 HEAD_BOUND = 6
@@ -214,6 +217,24 @@ class FormalChannel(Elaboratable):
             with m.If(tr.valid & Cat(kinds[k] for k in c.preceding).any()):
                 m.d.sync += [since[0].eq(1), *(since[k].eq(since[k - 1] + (since[k - 1] != 255))
                                                 for k in range(1, c.window))]
+        if self.config.timing.t_refi:
+            # Refresh: a REF only with every row closed, and the first one by
+            # its due cycle plus the bound (golden.config.refresh_bound).
+            from golden.config import refresh_bound
+
+            is_open, cycle, refreshed = Signal(), Signal(8), Signal()
+            with m.If(cycle != 255):
+                m.d.sync += cycle.eq(cycle + 1)
+            with m.If(tr.valid & kinds["ACT"]):
+                m.d.sync += is_open.eq(1)
+            with m.If(tr.valid & kinds["PRE"]):
+                m.d.sync += is_open.eq(0)
+            with m.If(tr.valid & kinds["REF"]):
+                m.d.sync += refreshed.eq(1)
+            t = self.config.timing
+            m.d.comb += [Assert(~(tr.valid & kinds["REF"]) | ~is_open, "refresh with a row open"),
+                         Assert(refreshed | (tr.valid & kinds["REF"])
+                                | (cycle < t.t_refi + refresh_bound(t)), "refresh late")]
         if self.config.timing.t_modch:
             # The device's mode, from the trace: a MODE flips it; register
             # kinds issue only in register-access mode, the rest only in
