@@ -12,7 +12,7 @@ import cocotb
 from golden.channel import ChannelModel, act_ahead, rd
 from golden.config import ConfigError, slice_rows_for
 from tb.bench import ChannelTB, ScoreboardError
-from tb.stimulus import dex_stream
+from tb.stimulus import device_rule_cases, dex_stream, writes_of
 
 GROUPS = 24
 
@@ -103,3 +103,29 @@ async def dex_act_ahead_tfaw(dut):
     tight = ChannelModel(tb.config).run(cmds)
     if loose.cycles >= tight.cycles:
         raise ScoreboardError("tFAW did not bind in this stream")
+
+
+@cocotb.test()
+async def dex_device_rules(dut):
+    """Every device rule of the table (tFAW aside), one directed stream each
+    (tb.stimulus.device_rule_cases), unsliced, streams always ready: the RTL
+    issues every action in golden's cycle, and on the run's own arrivals the
+    rule places the case's event (one cycle more of it: one cycle later)."""
+    tb = ChannelTB(dut, idle=0.0, backpressure=0.0)
+    await tb.start()
+    for key, (cmds, op, k) in device_rule_cases().items():
+        wdata = writes_of(cmds)
+        obs = await _checked(tb, cmds, wdata, 0)
+        placed = []
+        for extra in (0, 1):
+            model = copy.deepcopy(tb.model)
+            model.config = tb.config.replace(slice_rows=0,
+                                             **{key: getattr(tb.config.timing, key) + extra})
+            trace = model.run(cmds, wdata, obs.cmd_arrivals, obs.wdata_arrivals,
+                              obs.rdata_pops).trace
+            placed.append([e.cycle for e in trace if e.opcode == op][k])
+        rtl = [t for _, o, t in obs.trace if o == op][k]
+        if not rtl == placed[0] == placed[1] - 1:
+            raise ScoreboardError(f"{key}: {op.name} #{k} issued at {rtl}; golden {placed[0]}, "
+                                  f"{placed[1]} with {key} + 1")
+        tb.log.info("%s: %s #%d at cycle %d", key, op.name, k, rtl)
