@@ -49,6 +49,37 @@ def bench_golden_policies() -> dict:
     return out
 
 
+def bench_device_timing(repeat: int = 3) -> dict:
+    """The golden model's cost of the device timing (docs/timing.md: more
+    rules, mode switches, refresh): one attention kernel per policy on
+    gddr6-aim and gddr6-aim-assumed, interleaved, each the best of
+    ``repeat``: the same commands take this much more wall time (the device
+    timing also simulates 2-4x the cycles, mostly mode switches)."""
+    from golden.config import load_profile
+    from golden.kernels import qkt
+
+    profiles = ("gddr6-aim", "gddr6-aim-assumed")
+    cfgs = {p: load_profile(p, obuf_entries=8) for p in profiles}
+    k = qkt(cfgs[profiles[0]], 128, 4, 2048)
+    out: dict = {"kernel": f"{k.name} 2048 tokens", "commands": len(k.commands)}
+    for policy in POLICIES:
+        best = dict.fromkeys(profiles, float("inf"))
+        cycles = {}
+        for _ in range(repeat):
+            for p in profiles:
+                start = time.perf_counter()
+                r = ChannelModel(cfgs[p].replace(policy=policy)).run(k.commands, k.wdata)
+                best[p] = min(best[p], time.perf_counter() - start)
+                cycles[p] = r.cycles
+        out[policy] = {**{p: {"cycles": cycles[p], "wall_s": round(best[p], 3),
+                              "cycles_per_s": round(cycles[p] / best[p]),
+                              "commands_per_s": round(len(k.commands) / best[p])}
+                          for p in profiles},
+                       "device_over_assumed_wall": round(best[profiles[0]] / best[profiles[1]],
+                                                         2)}
+    return out
+
+
 def bench_study(out_dir: Path) -> dict:
     from golden.system.studies import dcs_utilization
 
@@ -455,6 +486,7 @@ def bench(out: Path | None, sims: list[str]) -> dict:
         "host": {"python": platform.python_version(), "machine": platform.machine()},
         "golden": bench_golden(),
         "golden_policies": bench_golden_policies(),
+        "device_timing": bench_device_timing(),
         "dcs_utilization_study": bench_study(Path(out).parent if out and str(out) != "-"
                                              else Path("build")),
         "paths": bench_paths(sims),
