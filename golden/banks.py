@@ -90,11 +90,11 @@ class BankTimer:
         command bus until its REF issues."""
         return self.refresh_due is not None and cycle >= self.refresh_due
 
-    def refresh_action(self) -> tuple[Opcode, list[int]]:
+    def refresh_action(self, served: bool = False) -> tuple[Opcode, list[int]]:
         """The pending refresh's next action: a switch to normal mode, the
         PRE of every open unit (one all-bank command), or the REF of every
-        unit."""
-        if self.modes and self.register_mode:
+        unit. ``served``: the action after the switch, whatever the mode."""
+        if self.modes and self.register_mode and not served:
             return Opcode.MODE, []
         open_units = [u for u, r in enumerate(self.open_row) if r is not None]
         if open_units:
@@ -106,10 +106,7 @@ class BankTimer:
         PRE, else its REF); 0 when no switch is needed."""
         if not (self.modes and self.register_mode):
             return 0
-        open_units = [u for u, r in enumerate(self.open_row) if r is not None]
-        if open_units:
-            return self.earliest(Opcode.PRE, open_units)
-        return self.earliest(Opcode.REF, list(range(len(self.open_row))))
+        return self.earliest(*self.refresh_action(served=True))
 
     def needs_mode_switch(self, op) -> bool:
         """The device is in the other mode than ``op`` needs."""

@@ -323,9 +323,12 @@ class ChannelModel:
                     c = max(t, banks.earliest(kind, targets))
                     if kind == Opcode.MODE:  # when what it switches for could issue
                         served = banks.served_action(op, cmd)
-                        c = max(c, banks.earliest(*served) if served else max(
-                            banks.earliest(op, banks.touched(op, cmd)), self._in_order_wait(
-                                op, g, o, gbuf_write, obuf_mac, obuf_read, mac_halves, streams)))
+                        if served:
+                            c = max(c, banks.earliest(*served))
+                        elif op != Opcode.ACT_AHEAD:  # (on its open row it has no access)
+                            c = max(c, banks.earliest(op, banks.touched(op, cmd)),
+                                    self._in_order_wait(op, g, o, gbuf_write, obuf_mac,
+                                                        obuf_read, mac_halves, streams))
                 elif op == Opcode.ACT_AHEAD:  # the row is open: it ends in cycle t, untraced
                     c = t
                 else:

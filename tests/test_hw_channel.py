@@ -152,3 +152,21 @@ def test_dual_path_streams(policy, split):
     loose = ChannelModel(golden.replace(t_faw=0)).run(cmds, wdata, got["cmd_arr"],
                                                       got["wdata_arr"], got["pops"])
     assert [t.cycle for t in loose.trace] != [t.cycle for t in ref.trace]
+
+
+def test_mode_switch_for_an_act_ahead_on_its_open_row():
+    """Regression: an ACT-AHEAD whose row is open has no access, so its mode
+    switch waits for nothing (golden once held it for the RD rules, here
+    tWTR after the WR: MODE at 23 instead of 16, the RTL's cycle)."""
+    from golden.channel import act_ahead
+
+    cfg = DEX_CFG.replace(policy="static", t_modch=8, t_wtr=17)
+    cmds = [wr(0, 0, 0), wr_inp(0), act_ahead(0, 0), rd(1, 0, 0)]
+    got = drive_streams(Channel(cfg), [c.pack() for c in cmds], [0, 0], [], [],
+                        max_cycles=2000, ports={"slice_rows": 0})
+    ref = ChannelModel(cfg).run(cmds, [0, 0], got["cmd_arr"], got["wdata_arr"], got["pops"])
+    assert got["trace"] == [(t.cmd_id, t.opcode, t.cycle) for t in ref.trace]
+    modes = [t.cycle for t in ref.trace if t.opcode == Opcode.MODE]
+    wr_cycle = next(t.cycle for t in ref.trace if t.opcode == Opcode.WR)
+    assert modes[1] < wr_cycle + cfg.timing.t_wtr  # not held by the WR-to-RD rule
+
