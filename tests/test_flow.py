@@ -234,6 +234,6 @@ def test_cli_timing_prints_the_constraint_table(capsys):
                              "following": "ACT", "latency": 16, "window": 4,
                              "source": "--set t_faw=16"}
     assert main(["timing"]) == 0
-    assert "t_ccd    channel   RD/WR  RD/WR       1      2" in capsys.readouterr().out
+    assert "t_ccd      channel   RD/WR  RD/WR       1      2" in capsys.readouterr().out
     assert main(["timing", "--set", "t_faw=x"]) == 2
     assert "--set t_faw: value 'x' is not an integer" in capsys.readouterr().err
