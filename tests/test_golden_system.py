@@ -346,3 +346,27 @@ def test_labels_count_refresh_and_mode_switch_windows(monkeypatch):
     switches = ChannelModel(cfg).run(k.commands, k.wdata).mode_switches
     assert 0 < lab["mode"] <= switches * cfg.timing.t_modch
     assert lab["cycles"] == sum(lab[x] for x in LABELS[1:])
+
+
+def test_refresh_runs_on_the_channels_own_clock(monkeypatch):
+    """The system model's kernels run back to back, so refresh falls due on
+    the channel's clock, not t_refi after each kernel starts: a kernel of b
+    cycles without refresh takes b t_refi / (t_refi - r), its refresh label
+    the difference, even one shorter than a refresh interval (a cycle-exact
+    run of it from reset has no refresh at all)."""
+    from golden.system.kernel_timing import labels
+
+    monkeypatch.setenv("PIMORCH_KERNEL_CACHE", "off")
+    cfg = channel_config("gddr6-aim", "static", ASM)
+    shape = Shape("qkt", 128, 1)
+    timer = KernelTimer(cfg, "exact")
+    r = timer.calibration(shape)["per_refresh"]["cycles"]
+    assert 200 < r < 400  # tRFC 210 and the rows reopened after it
+    plain = labels(timer.plain, shape.build(timer.plain, 1))
+    assert plain["cycles"] < cfg.timing.t_refi
+    assert labels(cfg, shape.build(cfg, 1))["refreshes"] == 0
+    got = timer(shape, [1])
+    t_refi = cfg.timing.t_refi
+    assert got["cycles"][0] == pytest.approx(plain["cycles"] * t_refi / (t_refi - r))
+    assert got["refresh"][0] > 0 and got["cycles"][0] == pytest.approx(
+        sum(got[x][0] for x in LABELS[1:]))

@@ -22,13 +22,14 @@ half the calibration if none does).
 ``tests/test_golden_system.py`` compares fast with exact on every shape the
 studies use and fails above 2 %.
 
-Refresh (a profile with ``t_refi``) does not repeat with the units. Fast
-mode then calibrates the units on the channel without refresh (the steps)
-and with it (1 .. CALIBRATE[kind], exact), and measures once per shape what
-one refresh adds to every label, on a run of about eight refresh intervals;
-beyond the calibration a kernel of base cycles ``b`` gets
-``(b - r) // (t_refi - r)`` refreshes of ``r`` cycles each (the k-th falls
-due while it runs when ``b > k t_refi - (k - 1) r``).
+Refresh (a profile with ``t_refi``) runs on the channel's own clock: in
+a system the kernels run back to back and a refresh falls due every
+``t_refi`` cycles whatever kernel runs, not ``t_refi`` after each kernel
+starts (as in one cycle-exact run from reset). Both modes therefore time
+a kernel on the channel without refresh and add its expected refreshes:
+``b / (t_refi - r)`` for ``b`` cycles without refresh, each adding to
+every label what one refresh added, per shape, on a cycle-exact run of
+about eight refresh intervals with and without refresh (``r`` cycles).
 
 Every run is split into cycle labels (each cycle counted once, in this
 priority): ``mac`` (a MAC in flight: issue to issue + tCCD), ``refresh``
@@ -152,6 +153,8 @@ class KernelTimer:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
         self.cfg, self.mode = cfg, mode
+        #: the channel without refresh (refresh is added on its own clock)
+        self.plain = cfg.replace(t_refi=0, t_rfc=0) if cfg.timing.t_refi else cfg
         self.table: dict[str, list[dict[str, int]]] = dict(table or {})
         self._exact: dict[tuple[str, int], dict[str, int]] = {}
 
@@ -176,33 +179,43 @@ class KernelTimer:
 
     def _calibrate(self, shape: Shape) -> dict:
         n = CALIBRATE[shape.kind]
-        units = [labels(self.cfg, shape.build(self.cfg, u)) for u in range(1, n + 1)]
+        plain = self.plain
+        cal: dict = {"units": [labels(plain, shape.build(plain, u)) for u in range(1, n + 1)]}
         tm = self.cfg.timing
-        if not tm.t_refi:
-            return {"units": units}
-        plain = self.cfg.replace(t_refi=0, t_rfc=0)
-        base = [labels(plain, shape.build(plain, u)) for u in range(1, n + 1)]
-        cal = {"units": units, "base": base}
-        step = max(1, base[-1]["cycles"] - base[-2]["cycles"] if n > 1 else base[-1]["cycles"])
-        run = max(n + 1, REFRESH_RUN * tm.t_refi // step)
-        with_ref = labels(self.cfg, shape.build(self.cfg, run))
-        without = labels(plain, shape.build(plain, run))
-        count = max(1, with_ref["refreshes"])
-        cal["per_refresh"] = {lab: (with_ref[lab] - without[lab]) / count for lab in LABELS}
+        if tm.t_refi:
+            base = cal["units"]
+            step = max(1, base[-1]["cycles"] - base[-2]["cycles"] if n > 1
+                       else base[-1]["cycles"])
+            run = max(n + 1, REFRESH_RUN * tm.t_refi // step)
+            with_ref = labels(self.cfg, shape.build(self.cfg, run))
+            without = labels(plain, shape.build(plain, run))
+            count = max(1, with_ref["refreshes"])
+            cal["per_refresh"] = {lab: (with_ref[lab] - without[lab]) / count for lab in LABELS}
         return cal
+
+    def _refreshed(self, shape: Shape, out: dict) -> dict:
+        """``out`` (labels without refresh) with the kernel's expected
+        refreshes on the channel's own refresh clock (module docstring)."""
+        per = self.calibration(shape).get("per_refresh")
+        if per is None:
+            return out
+        count = out["cycles"] / max(1.0, self.cfg.timing.t_refi - per["cycles"])
+        out = {lab: out[lab] + count * per[lab] for lab in LABELS}
+        out["io"] = out["cycles"] - sum(out[lab] for lab in LABELS[1:-1])
+        return out
 
     # -- evaluation --------------------------------------------------------
 
-    def exact(self, shape: Shape, units: int) -> dict[str, int]:
+    def exact(self, shape: Shape, units: int) -> dict:
         key = (shape.key(), int(units))
         if key not in self._exact:
-            self._exact[key] = labels(self.cfg, shape.build(self.cfg, int(units)))
+            lab = labels(self.plain, shape.build(self.plain, int(units)))
+            self._exact[key] = self._refreshed(shape, {x: lab[x] for x in LABELS})
         return self._exact[key]
 
     def fast(self, shape: Shape, units) -> dict[str, np.ndarray]:
         """Labels for an array of unit counts (0 units: 0 cycles)."""
-        cal = self.calibration(shape)
-        steps = cal.get("base", cal["units"])
+        steps = self.calibration(shape)["units"]
         u = np.asarray(units, dtype=np.int64)
         n = len(steps)
         period = self.period(steps)
@@ -212,21 +225,7 @@ class KernelTimer:
         out = {lab: np.array([0] + [c[lab] for c in steps], dtype=np.int64)[at]
                     + k * (steps[n - 1][lab] - (steps[n - 1 - period][lab] if n > period else 0))
                for lab in LABELS}
-        if "base" in cal:  # refreshes beyond the calibration, then the measured units
-            per = cal["per_refresh"]
-            t_refi = self.cfg.timing.t_refi
-            # the k-th refresh falls due while the kernel runs when its base
-            # cycles exceed k t_refi less the k - 1 refreshes before it
-            r = int(round(per["cycles"]))
-            count = np.maximum(out["cycles"] - r, 0) // max(1, t_refi - r)
-            for lab in LABELS:
-                out[lab] = out[lab] + np.rint(count * per[lab]).astype(np.int64)
-            out["io"] = out["cycles"] - sum(out[lab] for lab in LABELS[1:-1])
-            exact = u <= n
-            for lab in LABELS:
-                measured = np.array([0] + [c[lab] for c in cal["units"]], dtype=np.int64)
-                out[lab] = np.where(exact, measured[np.minimum(u, n)], out[lab])
-        return out
+        return self._refreshed(shape, out)
 
     @staticmethod
     def period(cal: list[dict[str, int]]) -> int:
@@ -244,7 +243,7 @@ class KernelTimer:
         if self.mode == "fast":
             return self.fast(shape, units)
         u = np.asarray(units, dtype=np.int64)
-        out = {lab: np.zeros(u.shape, dtype=np.int64) for lab in LABELS}
+        out = {lab: np.zeros(u.shape, dtype=np.float64) for lab in LABELS}
         for value in np.unique(u):
             if value > 0:
                 lab = self.exact(shape, int(value))
