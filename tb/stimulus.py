@@ -160,31 +160,35 @@ def gemv_problem(n_out: int, n_in: int, seed: int, config: ChannelConfig):
     return w, x, cmds, beats
 
 
-def device_rule_cases() -> dict[str, tuple[list[Command], Opcode, int]]:
+def device_rule_cases() -> dict[str, tuple[list[Command], Opcode, int, int]]:
     """Per device rule of the dual-path test channel (sim.generate.dex_test_config,
-    unsliced, streams always ready): a short stream and the trace event
-    (opcode, occurrence from 0) that the rule places: one cycle more of the
-    rule's latency issues that event one cycle later (tests/test_golden_timing.py
-    checks it on golden; tb/test_dex.py runs every case on the RTL). tFAW is
-    left out: with four banks unsliced, tRC always binds a fifth ACT first."""
+    streams always ready): a short stream, the trace event (opcode,
+    occurrence from 0) that the rule places, and the partition split
+    (slice_rows; 0: unsliced). One cycle more of the rule's latency issues
+    that event one cycle later (tests/test_golden_timing.py checks it on
+    golden; tb/test_dex.py runs every case on the RTL). tFAW needs a fifth
+    row-buffer unit: the banks split 1:1 (eight units)."""
     long_row = [rd(0, 0, c % 32) for c in range(300)]  # past the refresh at cycle 1,000
+    split = 32  # slice_rows_for(64, 1, 1): rows 32.. are each bank's second partition
     return {
-        "t_rcd": ([rd(0, 0, 0)], Opcode.RD, 0),
-        "t_ras": ([act_ahead(0, 1), rd(0, 2, 0)], Opcode.PRE, 0),
-        "t_rp": ([rd(0, 0, 0), rd(0, 1, 0)], Opcode.ACT, 1),
-        "t_rc": ([act_ahead(0, 1), rd(0, 2, 0)], Opcode.ACT, 1),
-        "t_rtp": ([rd(0, 0, 0), rd(0, 1, 0)], Opcode.PRE, 0),
-        "t_wr": ([wr(0, 0, 0), rd(0, 1, 0)], Opcode.PRE, 0),
-        "t_ccd": ([rd(0, 0, 0), rd(2, 0, 0), rd(0, 0, 1), rd(2, 0, 1)], Opcode.RD, 2),
-        "t_ccd_l": ([rd(0, 0, 0), rd(1, 0, 0), rd(0, 0, 1), rd(1, 0, 1)], Opcode.RD, 2),
-        "t_wtr": ([rd(0, 0, 0), rd(2, 0, 0), wr(0, 0, 1), rd(2, 0, 1)], Opcode.RD, 2),
-        "t_rrd_s": ([act_ahead(0, 0), act_ahead(2, 0)], Opcode.ACT, 1),
-        "t_rrd_l": ([act_ahead(0, 0), act_ahead(1, 0)], Opcode.ACT, 1),
-        "t_ccd_reg": ([wr_inp(0), wr_inp(1)], Opcode.WR_INP, 1),
-        "t_wtr_reg": ([wr_inp(0), rd_out(1)], Opcode.RD_OUT, 0),
-        "t_rtw_reg": ([rd_out(0), wr_inp(1)], Opcode.WR_INP, 0),
-        "t_modch": ([wr_inp(0)], Opcode.WR_INP, 0),
-        "t_rfc": (long_row + [rd(0, 0, 0)], Opcode.ACT, 1),
+        "t_rcd": ([rd(0, 0, 0)], Opcode.RD, 0, 0),
+        "t_ras": ([act_ahead(0, 1), rd(0, 2, 0)], Opcode.PRE, 0, 0),
+        "t_rp": ([rd(0, 0, 0), rd(0, 1, 0)], Opcode.ACT, 1, 0),
+        "t_rc": ([act_ahead(0, 1), rd(0, 2, 0)], Opcode.ACT, 1, 0),
+        "t_rtp": ([rd(0, 0, 0), rd(0, 1, 0)], Opcode.PRE, 0, 0),
+        "t_wr": ([wr(0, 0, 0), rd(0, 1, 0)], Opcode.PRE, 0, 0),
+        "t_ccd": ([rd(0, 0, 0), rd(2, 0, 0), rd(0, 0, 1), rd(2, 0, 1)], Opcode.RD, 2, 0),
+        "t_ccd_l": ([rd(0, 0, 0), rd(1, 0, 0), rd(0, 0, 1), rd(1, 0, 1)], Opcode.RD, 2, 0),
+        "t_wtr": ([rd(0, 0, 0), rd(2, 0, 0), wr(0, 0, 1), rd(2, 0, 1)], Opcode.RD, 2, 0),
+        "t_rrd_s": ([act_ahead(0, 0), act_ahead(2, 0)], Opcode.ACT, 1, 0),
+        "t_rrd_l": ([act_ahead(0, 0), act_ahead(1, 0)], Opcode.ACT, 1, 0),
+        "t_faw": ([act_ahead(b, 0) for b in range(4)] + [act_ahead(0, split + 1)],
+                  Opcode.ACT, 4, split),
+        "t_ccd_reg": ([wr_inp(0), wr_inp(1)], Opcode.WR_INP, 1, 0),
+        "t_wtr_reg": ([wr_inp(0), rd_out(1)], Opcode.RD_OUT, 0, 0),
+        "t_rtw_reg": ([rd_out(0), wr_inp(1)], Opcode.WR_INP, 0, 0),
+        "t_modch": ([wr_inp(0)], Opcode.WR_INP, 0, 0),
+        "t_rfc": (long_row + [rd(0, 0, 0)], Opcode.ACT, 1, 0),
     }
 
 

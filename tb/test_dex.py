@@ -107,19 +107,19 @@ async def dex_act_ahead_tfaw(dut):
 
 @cocotb.test()
 async def dex_device_rules(dut):
-    """Every device rule of the table (tFAW aside), one directed stream each
-    (tb.stimulus.device_rule_cases), unsliced, streams always ready: the RTL
-    issues every action in golden's cycle, and on the run's own arrivals the
-    rule places the case's event (one cycle more of it: one cycle later)."""
+    """Every device rule of the table, one directed stream each
+    (tb.stimulus.device_rule_cases), streams always ready: the RTL issues
+    every action in golden's cycle, and on the run's own arrivals the rule
+    places the case's event (one cycle more of it: one cycle later)."""
     tb = ChannelTB(dut, idle=0.0, backpressure=0.0)
     await tb.start()
-    for key, (cmds, op, k) in device_rule_cases().items():
+    for key, (cmds, op, k, split) in device_rule_cases().items():
         wdata = writes_of(cmds)
-        obs = await _checked(tb, cmds, wdata, 0)
+        obs = await _checked(tb, cmds, wdata, split)
         placed = []
         for extra in (0, 1):
             model = copy.deepcopy(tb.model)
-            model.config = tb.config.replace(slice_rows=0,
+            model.config = tb.config.replace(slice_rows=split,
                                              **{key: getattr(tb.config.timing, key) + extra})
             trace = model.run(cmds, wdata, obs.cmd_arrivals, obs.wdata_arrivals,
                               obs.rdata_pops).trace
