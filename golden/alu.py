@@ -53,6 +53,7 @@ Timing (controller cycles, one action per cycle, strictly in order)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -67,6 +68,7 @@ from golden.channel import (
     RunResult,
     Streams,
     TraceEntry,
+    issue_refresh,
 )
 from golden.config import ChannelConfig, Timing, load_profile
 from golden.isa import (
@@ -99,6 +101,9 @@ class AluConfig:
     cols: int = 32
     timing: Timing = field(default_factory=lambda: load_profile("hbm-jitq").timing)
     profile: str = "hbm-jitq"
+    #: Bank groups (the constraint table's ``bankgroup`` level); the banks
+    #: split evenly, bank ``b`` in group ``b // (banks / bank_groups)``.
+    bank_groups: int = 1
     cmd_depth: int = 4  # command FIFO entries (RTL)
     wdata_depth: int = 4  # write-data FIFO entries (RTL)
     rdata_depth: int = 4  # read-data credits
@@ -113,9 +118,12 @@ class AluConfig:
         if self.timing.t_ccd < 2:
             raise ValueError("t_ccd must be >= 2: a LD's register write lands the cycle "
                              "after its issue, before the next column command")
-        if self.timing.t_refi or self.timing.t_modch:
-            raise ValueError("the ALU channel models neither refresh nor mode switching "
-                             "(t_refi and t_modch must be 0)")
+        if self.timing.t_modch:
+            raise ValueError("the ALU channel has no mode switching (t_modch must be 0)")
+        if self.bank_groups < 1 or self.banks % self.bank_groups:
+            raise ValueError(f"bank_groups={self.bank_groups} does not divide {self.banks} banks")
+        # the channel's checks of the timing (ranges, refresh interval)
+        ChannelConfig(banks=self.banks, rows=self.rows, cols=self.cols, timing=self.timing)
 
     @property
     def banks(self) -> int:
@@ -125,8 +133,11 @@ class AluConfig:
     def from_profile(cls, profile: str = "hbm-jitq", pairs: int | None = None,
                      rows: int | None = None) -> AluConfig:
         ch: ChannelConfig = load_profile(profile)
-        return cls(pairs=pairs or ch.banks // 2, rows=rows or ch.rows, cols=ch.cols,
-                   timing=ch.timing, profile=profile)
+        pairs = pairs or ch.banks // 2
+        # a channel with fewer banks than the profile keeps the groups its
+        # banks divide into
+        return cls(pairs=pairs, rows=rows or ch.rows, cols=ch.cols, timing=ch.timing,
+                   profile=profile, bank_groups=math.gcd(ch.bank_groups, 2 * pairs))
 
 
 class AluError(CommandError):
@@ -168,7 +179,8 @@ class _AluBanks(BankTimer):
     it like the channel's MAC opens all banks; RD/WR touch one bank."""
 
     def __init__(self, cfg: AluConfig):
-        super().__init__(cfg.banks, cfg.timing, ccd_every_column=True)
+        super().__init__(cfg.banks, cfg.timing, ccd_every_column=True,
+                         bank_groups=cfg.bank_groups)
         self.parity = [list(range(s, cfg.banks, 2)) for s in (0, 1)]
 
     def touched(self, op, c) -> list[int]:
@@ -244,22 +256,29 @@ class AluChannel:
                     t = max(t, streams.take_wdata()[0])
                 free = t + 1
                 continue
-            while (action := timer.next_action(op, c)) is not None:
-                kind, targets = action
-                at = max(t, timer.earliest(kind, targets))
-                timer.apply(kind, targets, at, c["row"])
-                streams.trace.append(TraceEntry(cmd_id, kind, at))
-                t = at + 1
             touched = timer.touched(op, c)
             # the column access: WR and ST write the banks, the rest read
             col = "WR" if op == _WR or (op == _ALU_MOV and c["alu_fn"] == AluMov.ST) else "RD"
-            at = max(t, timer.earliest(col, touched))
-            beat = None
-            if op == _WR:
-                ready, beat = streams.take_wdata()
-                at = max(at, ready)
-            if op == _RD:
-                at = max(at, streams.read_credit_ready())
+            while True:  # the actions, then the access; a due refresh goes first
+                action = timer.next_action(op, c)
+                if action is not None:
+                    kind, targets = action
+                    at = max(t, timer.earliest(kind, targets))
+                else:
+                    at = max(t, timer.earliest(col, touched))
+                    if op == _WR:
+                        at = max(at, streams.wdata_ready())
+                    if op == _RD:
+                        at = max(at, streams.read_credit_ready())
+                if timer.refresh_pending(at):
+                    t = max(t, issue_refresh(timer, streams))
+                    continue
+                if action is None:
+                    break
+                timer.apply(kind, targets, at, c["row"])
+                streams.trace.append(TraceEntry(cmd_id, kind, at))
+                t = at + 1
+            beat = streams.take_wdata()[1] if op == _WR else None
             timer.apply(col, touched, at, c["row"])
             streams.trace.append(TraceEntry(cmd_id, Opcode(op), at))
             out = None

@@ -99,11 +99,27 @@ from golden.streams import (
 #: the channel's stream types and command builders, importable from here
 __all__ = ["CMD_ID_MOD", "ERR_COUNT_MAX", "RDATA_POP_LATENCY", "BankTimer", "ChannelModel",
            "Command", "CommandError", "RunResult", "Status", "Streams", "TraceEntry",
-           "act_ahead", "gemv_commands", "gemv_result", "gemv_stream", "mac", "rd", "rd_out",
-           "wr", "wr_inp"]
+           "act_ahead", "gemv_commands", "gemv_result", "gemv_stream", "issue_refresh", "mac",
+           "rd", "rd_out", "wr", "wr_inp"]
 
 _WRITES = (Opcode.WR_INP, Opcode.WR)
 _READS = (Opcode.RD_OUT, Opcode.RD)
+
+
+def issue_refresh(banks: BankTimer, streams: Streams) -> int:
+    """Issue the due refresh of an in-order controller from its due cycle
+    (nothing else issues while it is pending): a switch to normal mode, the
+    PRE of the open rows, the REF, each at its earliest. Returns the cycle
+    after the REF."""
+    t = banks.refresh_due
+    while True:
+        kind, targets = banks.refresh_action()
+        c = max(t, banks.earliest(kind, targets), banks.refresh_switch_ready())
+        banks.apply(kind, targets, c, 0)
+        streams.trace.append(TraceEntry(REFRESH_ID, kind, c))
+        t = c + 1
+        if kind == Opcode.REF:
+            return t
 
 
 @dataclass
@@ -277,22 +293,6 @@ class ChannelModel:
             earliest = max(earliest, streams.read_credit_ready())
         return earliest
 
-    @staticmethod
-    def _refresh(banks: BankTimer, streams: Streams) -> int:
-        """Issue the due refresh from its due cycle (nothing else issues
-        while it is pending): a switch to normal mode, the PRE of the open
-        rows, the REF, each at its earliest. Returns the cycle after the
-        REF."""
-        t = banks.refresh_due
-        while True:
-            kind, targets = banks.refresh_action()
-            c = max(t, banks.earliest(kind, targets), banks.refresh_switch_ready())
-            banks.apply(kind, targets, c, 0)
-            streams.trace.append(TraceEntry(REFRESH_ID, kind, c))
-            t = c + 1
-            if kind == Opcode.REF:
-                return t
-
     def _run_in_order(self, streams: Streams) -> RunResult:
         """The static and ping-pong policies: strictly in order, each
         command's column action waiting for the accesses it depends on (the
@@ -336,7 +336,7 @@ class ChannelModel:
                     c = max(t, banks.earliest(op, targets), self._in_order_wait(
                         op, g, o, gbuf_write, obuf_mac, obuf_read, mac_halves, streams))
                 if banks.refresh_pending(c):
-                    t = max(t, self._refresh(banks, streams))
+                    t = max(t, issue_refresh(banks, streams))
                     continue
                 if action is None:
                     break

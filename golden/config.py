@@ -66,11 +66,22 @@ class Timing:
     t_refi: int = 0
     t_rfc: int = 0
 
+    @property
+    def mac_ccd(self) -> int:
+        """Cycles between two all-bank MACs at best: a MAC touches every bank
+        group, so both column rules (t_ccd, t_ccd_l) apply."""
+        return max(self.t_ccd, self.t_ccd_l)
+
 
 #: Timing keys a profile may leave out, with the value that turns them off.
 OPTIONAL_TIMING = dict.fromkeys(("t_faw", "t_rc", "t_rtp", "t_wr", "t_wtr", "t_ccd_l", "t_rrd_s",
                                   "t_rrd_l", "t_ccd_reg", "t_wtr_reg", "t_rtw_reg", "t_modch",
                                   "t_refi", "t_rfc"), 0)
+
+
+#: The largest timing value (cycles) a profile may give; a refresh interval
+#: of a few microseconds at a sub-nanosecond clock is the longest.
+MAX_TIMING = 1 << 16
 
 
 def refresh_bound(t: Timing) -> int:
@@ -147,8 +158,9 @@ class ChannelConfig:
         for key in (f.name for f in dataclasses.fields(Timing)):
             value = getattr(self.timing, key)
             lo = 0 if key in OPTIONAL_TIMING else 1
-            if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= 4096:
-                raise ConfigError(f"timing.{key} must be an integer in [{lo}, 4096], "
+            if (not isinstance(value, int) or isinstance(value, bool)
+                    or not lo <= value <= MAX_TIMING):
+                raise ConfigError(f"timing.{key} must be an integer in [{lo}, {MAX_TIMING}], "
                                   f"not {value!r}")
         t = self.timing
         if (t.t_refi == 0) != (t.t_rfc == 0):
@@ -157,6 +169,14 @@ class ChannelConfig:
         if t.t_refi and t.t_refi <= refresh_bound(t):
             raise ConfigError(f"timing.t_refi={t.t_refi} must exceed {refresh_bound(t)}, the "
                               f"cycles a due refresh can wait (one refresh due at a time)")
+
+    @property
+    def read_ccd(self) -> int:
+        """Cycles per 32 B word of a stream of normal reads at best: with bank
+        groups they alternate groups (t_ccd apart), else every read is in
+        the one group (t_ccd_l too)."""
+        t = self.timing
+        return t.t_ccd if self.bank_groups > 1 else t.mac_ccd
 
     def replace(self, **changes) -> ChannelConfig:
         timing = {k: changes.pop(k) for k in list(changes) if hasattr(self.timing, k)}
@@ -186,7 +206,7 @@ class ChannelConfig:
 
 
 PROFILES = {"gddr6-aim": "gddr6_aim.toml", "gddr6-aim-assumed": "gddr6_aim_assumed.toml",
-            "hbm2-pim": "hbm2_pim.toml", "hbm-jitq": "hbm_jitq.toml"}
+            "hbm2-pim": "hbm2_pim.toml", "hbm3-pim": "hbm3_pim.toml", "hbm-jitq": "hbm_jitq.toml"}
 DEFAULT_PROFILE = "gddr6-aim"
 
 

@@ -165,9 +165,10 @@ def fc(cfg: ChannelConfig, d_in: int, d_out: int) -> Kernel:
 
 def utilization_bound(cfg: ChannelConfig, kernel: Kernel) -> dict:
     """The most MAC utilization any scheduler could reach on this stream:
-    MAC slots (MACs x tCCD) over the busiest resource's cycles.
+    MAC slots (MACs x the MAC spacing, ``Timing.mac_ccd``: tCCD, or tCCD_L
+    where longer) over the busiest resource's cycles.
 
-    * banks: each row visit costs tRCD + (MACs - 1) x tCCD before its last
+    * banks: each row visit costs tRCD + (MACs - 1) x that spacing before its last
       MAC, then its PRE (at least tRTP after that MAC, tRAS after the ACT),
       then tRP, and at least tRC from ACT to ACT; the last visit ends with
       its last MAC; all-bank MACs cannot overlap an activation;
@@ -178,15 +179,16 @@ def utilization_bound(cfg: ChannelConfig, kernel: Kernel) -> dict:
     Mode switches (``t_modch``) and refresh are not counted: how many a
     stream needs depends on the scheduler."""
     tm = cfg.timing
+    ccd = tm.mac_ccd
     visits = len(kernel.rows)
     to_pre = max(1, tm.t_rtp)
-    bank = sum(max(tm.t_rc, max(tm.t_ras, tm.t_rcd + (m - 1) * tm.t_ccd + to_pre) + tm.t_rp)
+    bank = sum(max(tm.t_rc, max(tm.t_ras, tm.t_rcd + (m - 1) * ccd + to_pre) + tm.t_rp)
                for m in kernel.macs_per_row[:-1])
-    bank += tm.t_rcd + (kernel.macs_per_row[-1] - 1) * tm.t_ccd + 1 if visits else 0
+    bank += tm.t_rcd + (kernel.macs_per_row[-1] - 1) * ccd + 1 if visits else 0
     commands = len(kernel.commands) + 2 * visits
     io = sum(c.opcode != Opcode.MAC for c in kernel.commands) * max(tm.t_ccd, tm.t_ccd_reg)
     macs = sum(kernel.macs_per_row)
     busiest = max(bank, commands, io)
     return {"bound_cycles": busiest, "bank_cycles": bank, "command_bus_cycles": commands,
             "data_bus_cycles": io, "macs": macs,
-            "utilization_bound": round(macs * tm.t_ccd / busiest, 4)}
+            "utilization_bound": round(macs * ccd / busiest, 4)}

@@ -6,7 +6,7 @@ commands, the stream and bank rules); this module implements it cycle for
 cycle. Structure::
 
     cmd ──► cmd FIFO ──► check ──► controller (in order, implicit PRE/ACT,
-    wdata ─► wdata FIFO ──────────┘   tCCD between column commands) ─► trace
+    wdata ─► wdata FIFO ──────────┘   the device rules, refresh) ─► trace
                                    issue (c)
         banks: sync read ports addressed in c; RD beat and LD result in c + 1
         ALU ops: registers read in c, written at the end of c
@@ -25,6 +25,7 @@ from golden.isa import (
     ALU_REGS,
     FIELDS,
     LANES,
+    REFRESH_ID,
     WORD_BITS,
     AluAdd,
     AluCmp,
@@ -102,28 +103,33 @@ class AluChannel(wiring.Component):
         m.d.comb += touched.eq(Mux(is_mem, Mux(head.bank[0], parity[1], parity[0]),
                                    Mux(host, onehot, 0)))
         banks = bank_timing(m, "banks", B, cfg.rows, tm, head.row, touched, is_mem,
-                            is_wr | is_st, ccd_every_column=True)
+                            is_wr | is_st, ccd_every_column=True, bank_groups=cfg.bank_groups)
 
         outstanding = Signal(range(cfg.rdata_depth + 1))
         credit = outstanding < cfg.rdata_depth
         data_ok = (~is_wr | wdata_fifo.r_rdy) & (~is_rd | credit)
-        do_pre, do_act, do_col, do_drop = (Signal(name=n) for n in
-                                           ("do_pre", "do_act", "do_col", "do_drop"))
+        do_pre, do_act, do_col, do_drop, do_ref = (Signal(name=n) for n in (
+            "do_pre", "do_act", "do_col", "do_drop", "do_ref"))
+        refresh = tm.t_refi > 0  # a due refresh has the bus until its REF
+        if refresh:
+            with m.If(banks.ref_pending):
+                banks.refresh(m, Signal(name="no_mode"), do_pre, do_ref)
         with m.If(cmd_fifo.r_rdy):
             with m.If(err != 0):
                 m.d.comb += do_drop.eq(~is_wr | wdata_fifo.r_rdy)
-            with m.Else():
+            with (m.Elif(~banks.ref_pending) if refresh else m.Else()):
                 choose(m, banks, do_pre, do_act, do_col, data_ok)
-        issued(m, banks, do_pre, do_act, do_col)
+        issued(m, banks, do_pre, do_act, do_col, do_ref=do_ref)
         pop = do_col | do_drop
         m.d.comb += [cmd_fifo.r_en.eq(pop), wdata_fifo.r_en.eq(pop & is_wr)]
 
         # ---- trace, credits, status --------------------------------------
+        cmd_id = Mux(banks.ref_pending, REFRESH_ID, next_id) if refresh else next_id
         m.d.comb += [
-            self.trace.valid.eq(do_pre | do_act | do_col),
-            self.trace.payload.cmd_id.eq(next_id),
-            self.trace.payload.opcode.eq(Mux(do_pre, Opcode.PRE,
-                                             Mux(do_act, Opcode.ACT, head.opcode))),
+            self.trace.valid.eq(do_pre | do_act | do_col | do_ref),
+            self.trace.payload.cmd_id.eq(cmd_id),
+            self.trace.payload.opcode.eq(Mux(do_pre, Opcode.PRE, Mux(do_act, Opcode.ACT, Mux(
+                do_ref, Opcode.REF, head.opcode)))),
             self.trace.payload.cycle.eq(self.cycle),
         ]
         read_pop = rdata_fifo.r_en & rdata_fifo.r_rdy

@@ -217,7 +217,7 @@ def cmd_gemv(args) -> int:
         "config": cfg.describe(), "n_out": args.n_out, "n_in": args.n_in, "seed": args.seed,
         "commands": len(cmds), "macs": result.mac_count, "cycles": result.cycles,
         "compute_cycles": compute_cycles, "mode_switches": result.mode_switches,
-        "mac_utilization": round(result.mac_count * cfg.timing.t_ccd / compute_cycles, 4),
+        "mac_utilization": round(result.mac_count * cfg.timing.mac_ccd / compute_cycles, 4),
         "time_us": round(result.cycles * load_profile_data(args.profile).get("t_ck_ns", 1)
                          / 1000, 3),
         "max_abs_err_vs_float32": float(np.max(np.abs(y - ref))),

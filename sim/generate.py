@@ -297,9 +297,12 @@ def dex_test_config() -> ChannelConfig:
                                   t_refi=1000, t_rfc=60)
 
 
-#: The ALU channel the RTL tests use: 2 ALUs (4 banks), 48 rows, the
-#: hbm-jitq timing.
-ALU_TEST_CONFIG = AluConfig(pairs=2, rows=48, cols=32)
+#: The ALU channel the RTL tests use: 2 ALUs (4 banks in 2 bank groups),
+#: 48 rows, the hbm-jitq timing with refresh every 1,000 cycles and tRFC 60
+#: (test values: the profile's are 4,680 and 421; more refreshes per run).
+ALU_TEST_CONFIG = dataclasses.replace(
+    AluConfig.from_profile("hbm-jitq", pairs=2, rows=48), bank_groups=2,
+    timing=dataclasses.replace(load_profile("hbm-jitq").timing, t_refi=1000, t_rfc=60))
 
 CONFIGS = {
     "small": small_config,  # the tests' and make sim's configuration

@@ -29,6 +29,7 @@ from golden.alu import AluChannel, AluConfig, alu, host_rd, host_wr
 from golden.config import Timing
 from golden.isa import STATUS_FIELDS, TRACE_FIELDS, Opcode, unpack
 from tb.alu_stimulus import check_kernel, kernel_case, random_beat
+from tb.scoreboard import refresh_tail
 
 CLOCK_NS = 10
 IDLE, BACKPRESSURE = 0.2, 0.2
@@ -126,9 +127,10 @@ class AluTB:
             with open(os.path.join(test_dir, "metrics.json"), "w") as f:
                 json.dump({"commands": len(words), "cycles": ref.cycles}, f)
         want = [(t.cmd_id, t.opcode, t.cycle) for t in ref.trace]
-        for i, (got, exp) in enumerate(zip(obs["trace"], want, strict=False)):
+        trace = refresh_tail(obs["trace"], want)  # the RTL refreshes on after the end
+        for i, (got, exp) in enumerate(zip(trace, want, strict=False)):
             assert got == exp, f"trace entry {i}: RTL {got}, golden {exp} (seed {self.seed})"
-        assert len(obs["trace"]) == len(want), f"{len(obs['trace'])} vs {len(want)} entries"
+        assert len(trace) == len(want), f"{len(trace)} vs {len(want)} entries"
         assert len(obs["rdata"]) == len(ref.rdata), f"{len(obs['rdata'])} read beats, golden " \
                                                     f"{len(ref.rdata)} (seed {self.seed})"
         for i, (got, exp) in enumerate(zip(obs["rdata"], ref.rdata, strict=True)):
@@ -148,8 +150,12 @@ async def _kernel(dut, placement, direction, fmt_name, source="bf16"):
     ref = tb.check(case.words, case.beats, obs)
     check_kernel(tb.cfg, case, obs["rdata"])
     kernel_cycles = [t.cycle for t in ref.trace if t.cmd_id >= case.n_load]
-    tb.log.info("%s: %d kernel commands, %d cycles (RTL = golden)", case.name, case.n_kernel,
-                kernel_cycles[-1] - kernel_cycles[0] if kernel_cycles else 0)
+    refreshes = sum(t.opcode == Opcode.REF for t in ref.trace)
+    tb.log.info("%s: %d kernel commands, %d cycles, %d refreshes (RTL = golden)", case.name,
+                case.n_kernel, kernel_cycles[-1] - kernel_cycles[0] if kernel_cycles else 0,
+                refreshes)
+    t_refi = tb.cfg.timing.t_refi
+    assert not t_refi or refreshes >= ref.cycles // t_refi - 1, "refresh missing"
 
 
 @cocotb.test()

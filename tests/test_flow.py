@@ -225,14 +225,17 @@ def test_cli_dpa_program_disassembles(capsys):
 
 
 def test_cli_timing_prints_the_constraint_table(capsys):
-    assert main(["timing", "--profile", "hbm2-pim", "--set", "t_faw=16", "--json", "-"]) == 0
+    assert main(["timing", "--profile", "hbm2-pim", "--set", "t_faw=20", "--json", "-"]) == 0
     data = json.loads(capsys.readouterr().out)
     rows = {r["key"]: r for r in data["constraints"]}
-    assert list(rows) == ["t_ras", "t_rp", "t_rcd", "t_ccd", "t_faw"]
-    assert rows["t_rcd"]["latency"] == 14 and "LibraPIM" in rows["t_rcd"]["source"]
+    assert list(rows) == ["t_ras", "t_rp", "t_rc", "t_rcd", "t_rtp", "t_wr", "t_ccd", "t_ccd_l",
+                          "t_wtr", "t_rrd_s", "t_rrd_l", "t_faw", "t_ccd_reg", "t_wtr_reg",
+                          "t_rtw_reg", "t_rfc"]
+    assert rows["t_rcd"]["latency"] == 14 and "tRCDRD = 14" in rows["t_rcd"]["source"]
     assert rows["t_faw"] == {"key": "t_faw", "level": "channel", "preceding": "ACT",
-                             "following": "ACT", "latency": 16, "window": 4,
-                             "source": "--set t_faw=16"}
+                             "following": "ACT", "latency": 20, "window": 4,
+                             "source": "--set t_faw=20"}
+    assert rows["t_ccd_l"]["level"] == "bankgroup" and rows["t_ccd_l"]["latency"] == 4
     assert main(["timing"]) == 0
     assert "t_ccd      channel   RD/WR  RD/WR       1      2" in capsys.readouterr().out
     assert main(["timing", "--set", "t_faw=x"]) == 2

@@ -25,6 +25,7 @@ from golden.alu import (
     read_results,
 )
 from golden.isa import (
+    REFRESH_ID,
     AluAdd,
     AluCmp,
     AluLane,
@@ -124,6 +125,27 @@ def test_timing_by_hand():
     assert r.cycles == ld2 + 1
 
 
+def test_the_profile_refreshes_the_alu_channel():
+    """hbm-jitq refreshes every tREFI: a stream of LDs that alternates rows
+    runs past two intervals; each refresh closes the open rows (its PRE),
+    then REF, and no ACT follows for tRFC; the profile's four bank groups
+    shrink to the two banks of a one-ALU channel."""
+    cfg = AluConfig.from_profile("hbm-jitq", pairs=1, rows=2)
+    t = cfg.timing
+    assert t.t_refi and cfg.bank_groups == 2
+    words = [alu(Opcode.ALU_MOV, AluMov.LD, bank=0, row=k % 2, col=0) for k in range(200)]
+    r = AluChannel(cfg).run(words)
+    assert r.cycles > 2 * t.t_refi
+    refs = [e for e in r.trace if e.opcode == Opcode.REF]
+    assert [e.cycle // t.t_refi for e in refs] == [1, 2] and all(e.cmd_id == REFRESH_ID
+                                                                  for e in refs)
+    for ref in refs:
+        i = r.trace.index(ref)
+        assert r.trace[i - 1].opcode == Opcode.PRE and r.trace[i - 1].cmd_id == REFRESH_ID
+        act = next(e for e in r.trace[i:] if e.opcode == Opcode.ACT)
+        assert act.cycle >= ref.cycle + t.t_rfc
+
+
 def test_host_reads_and_writes_follow_the_channel_stream_rules():
     ch = AluChannel(CFG)
     beat = numerics.lanes_to_word(LANE + 1)
@@ -135,11 +157,13 @@ def test_host_reads_and_writes_follow_the_channel_stream_rules():
                wdata=[beat], wdata_arrivals=[40])
     act = 1
     wr_at = max(act + T.t_rcd, 41)
-    rd_at = wr_at + T.t_ccd
+    rd_at = wr_at + max(T.t_ccd, T.t_wtr)  # the device's write-to-read turnaround
     # the LD touches banks 1 and 3; bank 1 is closed, so as for the
-    # channel's MAC every open bank of the set (3) precharges, then both open
-    pre = max(rd_at + 1, act + T.t_ras)
-    act1 = pre + T.t_rp
+    # channel's MAC every open bank of the set (3) precharges, then both
+    # open; the PRE waits for the write's recovery and the read's tRTP
+    pre = max(rd_at + 1, act + T.t_ras, wr_at + T.t_wr, rd_at + T.t_rtp)
+    act1 = max(pre + T.t_rp, act + T.t_rc)
+    assert T.t_wtr > T.t_ccd and wr_at + T.t_wr > rd_at + 1  # the rules show here
     ld = act1 + T.t_rcd
     assert _trace(r) == [(act, Opcode.ACT, 0), (wr_at, Opcode.WR, 0), (rd_at, Opcode.RD, 1),
                          (pre, Opcode.PRE, 2), (act1, Opcode.ACT, 2), (ld, Opcode.ALU_MOV, 2)]

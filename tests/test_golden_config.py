@@ -33,11 +33,27 @@ def test_config_errors_name_the_key():
         ChannelConfig(policy="fifo")
 
 
-@pytest.mark.parametrize("name", ["gddr6-aim", "gddr6-aim-assumed", "hbm2-pim"])
+@pytest.mark.parametrize("name", ["gddr6-aim", "gddr6-aim-assumed", "hbm2-pim", "hbm3-pim",
+                                  "hbm-jitq"])
 def test_profiles_load_with_sources(name):
     cfg = load_profile(name)
     assert cfg.banks == 16 and cfg.timing.t_rcd > 0
     assert {"t_rcd", "t_rp", "t_ras", "t_ccd"} <= set(load_profile_data(name)["sources"])
+
+
+@pytest.mark.parametrize("name", ["gddr6-aim", "hbm2-pim", "hbm3-pim", "hbm-jitq"])
+def test_device_profiles_cite_every_rule_and_have_bank_groups_and_refresh(name):
+    """The device profiles: every timing value they set has its source (the
+    execution times one together), and each has bank groups and refresh."""
+    cfg, data = load_profile(name), load_profile_data(name)
+    sources = data["sources"]
+    for key, value in data["timing"].items():
+        if key in ("t_wr_inp", "t_mac", "t_rd_out"):
+            assert "execution_times" in sources
+        else:
+            assert key in sources and str(value) in sources[key], (key, value)
+    assert cfg.bank_groups == 4 and cfg.timing.t_refi > 0 and cfg.timing.t_rfc > 0
+    assert cfg.timing.t_ccd_l >= cfg.timing.t_ccd and cfg.timing.t_rc > 0
 
 
 def test_dual_path_config_errors():

@@ -109,9 +109,9 @@ def labels(cfg: ChannelConfig, kernel: Kernel) -> dict[str, int]:
     """Run ``kernel`` cycle-exactly; its cycles split into labels."""
     r = ChannelModel(cfg).run(kernel.commands, kernel.wdata)
     tm = cfg.timing
-    span = r.cycles + max(tm.t_ccd, tm.t_rfc, tm.t_modch, tm.t_rcd, tm.t_rp) + 1
+    span = r.cycles + max(tm.mac_ccd, tm.t_rfc, tm.t_modch, tm.t_rcd, tm.t_rp) + 1
     windows = {lab: np.zeros(span, dtype=bool) for lab in ("mac", "refresh", "mode", "act_pre")}
-    width = {Opcode.MAC: ("mac", tm.t_ccd), Opcode.REF: ("refresh", tm.t_rfc),
+    width = {Opcode.MAC: ("mac", tm.mac_ccd), Opcode.REF: ("refresh", tm.t_rfc),
              Opcode.MODE: ("mode", tm.t_modch), Opcode.ACT: ("act_pre", tm.t_rcd),
              Opcode.PRE: ("act_pre", tm.t_rp)}
     refreshes = 0

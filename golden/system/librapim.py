@@ -94,14 +94,16 @@ class Device:
 
     @property
     def npu_bandwidth(self) -> float:
-        """Bytes/s of the normal path: one 32 B word per tCCD per channel."""
-        return LIBRA_PIM.channels * LANES * 2 / (self.cfg.timing.t_ccd * self.t_ck_ns * 1e-9)
+        """Bytes/s of the normal path: one 32 B word per channel every
+        ``ChannelConfig.read_ccd`` cycles (reads alternating bank groups)."""
+        return LIBRA_PIM.channels * LANES * 2 / (self.cfg.read_ccd * self.t_ck_ns * 1e-9)
 
     @property
     def pim_flops(self) -> float:
-        """PIM MAC FLOP/s: every bank's 16 lanes per tCCD per channel."""
+        """PIM MAC FLOP/s: every bank's 16 lanes per all-bank MAC spacing
+        (``Timing.mac_ccd``) per channel."""
         return (LIBRA_PIM.channels * self.cfg.banks * LANES * 2
-                / (self.cfg.timing.t_ccd * self.t_ck_ns * 1e-9))
+                / (self.cfg.timing.mac_ccd * self.t_ck_ns * 1e-9))
 
     # -- simulated times (seconds per layer) ------------------------------------
     def npu_fc(self, tokens: int, matrices) -> float:

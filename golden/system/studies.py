@@ -33,7 +33,7 @@ def dcs_utilization(profile: str = "gddr6-aim", tokens: int = 512, obuf_entries:
         row = {"kernel": k.name, "commands": len(k.commands), **bound, "policies": {}}
         for policy in POLICIES:
             r = ChannelModel(cfg.replace(policy=policy)).run(k.commands, k.wdata)
-            util = bound["macs"] * cfg.timing.t_ccd / r.cycles
+            util = bound["macs"] * cfg.timing.mac_ccd / r.cycles
             row["policies"][policy] = {
                 "cycles": r.cycles, "mac_utilization": round(util, 4),
                 "of_bound": round(util / bound["utilization_bound"], 4),
@@ -41,7 +41,7 @@ def dcs_utilization(profile: str = "gddr6-aim", tokens: int = 512, obuf_entries:
         if row["policies"]["dcs"]["of_bound"] < 0.9:
             # further than 10 % from the bound: how deep must the queues be?
             row["dcs_queue_depth_sensitivity"] = {
-                str(depth): round(bound["macs"] * cfg.timing.t_ccd / ChannelModel(cfg.replace(
+                str(depth): round(bound["macs"] * cfg.timing.mac_ccd / ChannelModel(cfg.replace(
                     policy="dcs", io_depth=depth, compute_depth=depth)).run(
                         k.commands, k.wdata).cycles / bound["utilization_bound"], 4)
                 for depth in SENSITIVITY_DEPTHS}
@@ -91,7 +91,7 @@ def fc_utilization(profile: str = "gddr6-aim", dims=FC_SWEEP, obuf_entries: int 
             lab = labels(pc, k)
             row["policies"][policy] = {
                 "cycles": lab["cycles"],
-                "mac_utilization": round(bound["macs"] * cfg.timing.t_ccd / lab["cycles"], 4),
+                "mac_utilization": round(bound["macs"] * cfg.timing.mac_ccd / lab["cycles"], 4),
                 "labels": {x: lab[x] for x in ("mac", "refresh", "mode", "act_pre", "io")}}
         rows.append(row)
     return {"study": "fc-utilization", "config": cfg.describe(), "rows": rows,
