@@ -77,7 +77,35 @@ def bench_device_timing(repeat: int = 3) -> dict:
                           for p in profiles},
                        "device_over_assumed_wall": round(best[profiles[0]] / best[profiles[1]],
                                                          2)}
+    out["alu"] = _bench_alu_device_timing(repeat)
     return out
+
+
+def _bench_alu_device_timing(repeat: int) -> dict:
+    """The same for the JIT-Q ALU channel: one kernel on hbm-jitq (bank
+    groups, the device rules, refresh) and on its four core rules alone."""
+    import dataclasses
+
+    from golden.alu import AluChannel, AluConfig, KernelLayout, kernel
+    from golden.config import OPTIONAL_TIMING
+    from golden.mx import MX6
+
+    device = AluConfig.from_profile("hbm-jitq", pairs=1, rows=64)
+    core = dataclasses.replace(device, bank_groups=1, timing=dataclasses.replace(
+        device.timing, **OPTIONAL_TIMING))
+    lay = KernelLayout("strided-counter", 4, device.cols, device.rows)
+    words = kernel(lay, "row", MX6)
+    best, cycles = {"device": float("inf"), "core": float("inf")}, {}
+    for _ in range(repeat):
+        for name, cfg in (("device", device), ("core", core)):
+            start = time.perf_counter()
+            cycles[name] = AluChannel(cfg).run(words, execute=False).cycles
+            best[name] = min(best[name], time.perf_counter() - start)
+    return {"kernel": "strided-counter row MX6, 4 tiles", "commands": len(words),
+            **{n: {"cycles": cycles[n], "wall_s": round(best[n], 4),
+                   "commands_per_s": round(len(words) / best[n])} for n in best},
+            "device_over_core_cycles": round(cycles["device"] / cycles["core"], 3),
+            "device_over_core_wall": round(best["device"] / best["core"], 2)}
 
 
 def bench_study(out_dir: Path) -> dict:
