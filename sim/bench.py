@@ -198,6 +198,44 @@ LONG_STREAMS = [("long_sparse", p) for p in POLICIES] + [("long_dense", p) for p
     *(("dcs_kernel", p) for p in POLICIES)]
 
 
+def bench_player_sizes(sim: str = "verilator", seed: int = 1) -> dict:
+    """The standalone player with 2**PLAY_ADDR_BITS-entry arrays against
+    the small build (2**PLAY_SMALL_BITS, sim/fast.py: play_bits) on the same
+    streams (one command, and the 20,000-command long_sparse shape, static
+    and DCS), interleaved, best of REPEAT: the simulator process's wall
+    time (start-up included) and whether the records are the same."""
+    import numpy as np
+
+    from sim import fast
+    from tb.scoreboard import PLAY_ADDR_BITS, PLAY_SMALL_BITS
+    from tb.stimulus import random_stream
+
+    sizes = (PLAY_ADDR_BITS, PLAY_SMALL_BITS)
+    rows = []
+    for policy in ("static", "dcs"):
+        config = small_config().replace(policy=policy)
+        for n in (1, PATH_STREAM["verilator"]):
+            cmds, wdata = random_stream(config, n, np.random.default_rng(seed), bad=0.01,
+                                        shape="sparse")
+            loads = [fast.Load(cmds, wdata, 0.2, 0.3, 12345)]
+            for bits in sizes:
+                fast.build(sim, config, play_bits=bits)
+            best, recs = dict.fromkeys(sizes, float("inf")), {}
+            for _ in range(REPEAT):
+                for bits in sizes:
+                    times: dict = {}
+                    recs[bits] = fast.run(sim, config, loads, BUILD_RUNS / f"sizes-{bits}",
+                                          times=times, bits=bits)
+                    best[bits] = min(best[bits], times["simulator_s"])
+            cycles = recs[PLAY_SMALL_BITS][0].cycles
+            rows.append({"policy": policy, "commands": n, "cycles": cycles,
+                         "same_record": recs[sizes[0]] == recs[sizes[1]],
+                         **{f"bits_{b}": {"simulator_s": round(best[b], 4),
+                                          "cycles_per_s": round(cycles / best[b])}
+                            for b in sizes}})
+    return {"sim": sim, "repeat": REPEAT, "rows": rows}
+
+
 def bench_long_streams(sim: str = "verilator", seed: int = 5) -> dict:
     """Every long stream the channel's player tests run (tb/play_tests.py,
     default sizes), the standalone simulator process against the golden
@@ -519,6 +557,7 @@ def bench(out: Path | None, sims: list[str]) -> dict:
                                              else Path("build")),
         "paths": bench_paths(sims),
         "long_streams": bench_long_streams() if "verilator" in sims else {},
+        "player_sizes": bench_player_sizes() if "verilator" in sims else {},
         "builds": bench_builds(sims),
         "rtl": {sim: bench_rtl(sim) for sim in sims},
         "rtl_dcs_kernel": {sim: bench_rtl_kernel(sim) for sim in sims},

@@ -30,6 +30,7 @@ from golden.config import ChannelConfig, HubConfig
 from sim.generate import (
     BUILD,
     HUB_PLAY_TOPLEVEL,
+    PLAY_ADDR_BITS,
     PLAY_MAX,
     config_key,
     generate,
@@ -41,7 +42,7 @@ from sim.generate import (
 )
 from sim.tools import COCOTB_MAKEFLAGS, VERILATOR_WAIVERS, ToolError, require_simulator
 from tb import scoreboard
-from tb.scoreboard import Observed, ScoreboardError
+from tb.scoreboard import PLAY_SMALL_BITS, Observed, ScoreboardError
 
 MAIN_CPP = Path(__file__).resolve().parent.parent / "tb" / "pim_play_main.cpp"
 TOP = "pim_play"
@@ -68,25 +69,42 @@ class BuildInfo:
     wall_s: float
 
 
-def build_dir(sim: str, config: ChannelConfig | AluConfig | HubConfig) -> Path:
+def build_dir(sim: str, config: ChannelConfig | AluConfig | HubConfig,
+              play_bits: int = PLAY_ADDR_BITS) -> Path:
     """One folder per simulator, configuration (RTL and testbench sources
-    included) and build recipe (this file and the Verilator clock loop)."""
-    return BUILD / "fast" / f"{kind(config)[1]}{sim}-{config_key(config)}-{_RECIPE}"
+    included), player array size and build recipe (this file and the
+    Verilator clock loop)."""
+    bits = "" if play_bits == PLAY_ADDR_BITS else f"-b{play_bits}"
+    return BUILD / "fast" / f"{kind(config)[1]}{sim}-{config_key(config)}-{_RECIPE}{bits}"
 
 
-def build(sim: str, config: ChannelConfig | AluConfig | HubConfig, jobs: int = 2) -> BuildInfo:
+def play_bits_for(entries: int) -> int:
+    """The player array size (log2 entries) for loads of up to ``entries``
+    commands and beats: the small build when they fit it, else the full one."""
+    return PLAY_SMALL_BITS if entries <= 1 << PLAY_SMALL_BITS else PLAY_ADDR_BITS
+
+
+def play_bits(loads: list[Load]) -> int:
+    """``play_bits_for`` the largest of ``loads``."""
+    return play_bits_for(max(max(len(ld.commands), len(ld.wdata)) for ld in loads))
+
+
+def build(sim: str, config: ChannelConfig | AluConfig | HubConfig, jobs: int = 2,
+          play_bits: int = PLAY_ADDR_BITS) -> BuildInfo:
     """Build the standalone player model of ``config`` (reused when current):
-    ``pim_play`` around a channel or ALU channel, ``hub_play`` around the
-    PIM module for a HubConfig. The model class is Vpim_play either way
-    (one clock loop, tb/pim_play_main.cpp)."""
+    ``pim_play`` around a channel or ALU channel, its arrays holding
+    ``2**play_bits`` commands, or ``hub_play`` around the PIM module for a
+    HubConfig. The model class is Vpim_play either way (one clock loop,
+    tb/pim_play_main.cpp)."""
     require_simulator(sim)
     started = time.perf_counter()
     rtl = generate(config)
     if isinstance(config, HubConfig):
         tb, top = hub_play_source(rtl, config), HUB_PLAY_TOPLEVEL
+        play_bits = PLAY_ADDR_BITS
     else:
-        tb, top = testbench_source(rtl, config), TOP
-    folder = build_dir(sim, config)
+        tb, top = testbench_source(rtl, config, play_bits), TOP
+    folder = build_dir(sim, config, play_bits)
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / ("Vpim_play" if sim == "verilator" else "pim_play.vvp")
     with open(folder.with_name(folder.name + ".lock"), "w") as lock:
@@ -203,14 +221,19 @@ def _simulate(sim: str, exe: Path, run_dir: Path, plusargs=()) -> int:
 
 
 def run(sim: str, config: ChannelConfig | AluConfig, loads: list[Load], run_dir: Path,
-        slice_rows: int = 0, times: dict | None = None) -> list[Observed]:
+        slice_rows: int = 0, times: dict | None = None, bits: int | None = None
+        ) -> list[Observed]:
     """Play ``loads`` in order in one simulation; return each load's record.
     Raises ScoreboardError when a load hangs (its cycle limit) or the
     simulator stops early. ``times`` receives the wall seconds of writing
-    the loads, of the simulator process and of reading the records."""
+    the loads, of the simulator process and of reading the records.
+    ``bits``: the player's array size (default: ``play_bits(loads)``)."""
     if not loads:
         raise ValueError("no loads to play")
-    exe = build(sim, config).path
+    bits = bits or play_bits(loads)
+    if max(max(len(ld.commands), len(ld.wdata)) for ld in loads) > 1 << bits:
+        raise ValueError(f"a load does not fit the player's 2**{bits} entries")
+    exe = build(sim, config, play_bits=bits).path
     run_dir = _fresh(run_dir)
     t0 = time.perf_counter()
     write_loads(config, loads, run_dir, slice_rows)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from golden.alu import AluConfig
 from golden.config import ChannelConfig, HubConfig, load_profile, small_config, small_hub_config
-from tb.scoreboard import PLAY_ADDR_BITS, PLAY_MAX  # noqa: F401 (sim.fast imports PLAY_MAX here)
+from tb.scoreboard import PLAY_ADDR_BITS, PLAY_MAX  # noqa: F401 (sim.fast imports both here)
 
 TOPLEVEL = "pim_channel"  # the channel's Verilog module
 HUB_TOPLEVEL = "pim_module"  # the HUB and its channels (cocotb toplevel of tb/test_hub.py)
@@ -73,11 +73,13 @@ def generate(config: ChannelConfig | HubConfig | AluConfig, out_dir: Path | None
     return path
 
 
-def testbench_source(channel: Path, config: ChannelConfig | AluConfig | None = None) -> Path:
+def testbench_source(channel: Path, config: ChannelConfig | AluConfig | None = None,
+                     play_bits: int = PLAY_ADDR_BITS) -> Path:
     """``pim_tb.v`` beside ``channel``: the template with the device under
     test (the channel, or the ALU channel for an AluConfig) and the stream
     widths of golden/isa.py filled in, and the ``slice_rows`` input wired to
-    a dual-path channel."""
+    a dual-path channel; the player's arrays hold ``2**play_bits`` commands
+    (``pim_tb_b<bits>.v`` for other than PLAY_ADDR_BITS)."""
     from golden.isa import (
         ALU_COMMAND_FIELDS,
         COMMAND_FIELDS,
@@ -88,7 +90,8 @@ def testbench_source(channel: Path, config: ChannelConfig | AluConfig | None = N
         layout_widths,
     )
 
-    out = channel.with_name(f"{TB_TOPLEVEL}.v")
+    suffix = "" if play_bits == PLAY_ADDR_BITS else f"_b{play_bits}"
+    out = channel.with_name(f"{TB_TOPLEVEL}{suffix}.v")
     alu = isinstance(config, AluConfig)
     widths = {"CMD_W": ALU_COMMAND_FIELDS if alu else COMMAND_FIELDS, "TRACE_W": TRACE_FIELDS,
               "STATUS_W": STATUS_FIELDS}
@@ -96,7 +99,7 @@ def testbench_source(channel: Path, config: ChannelConfig | AluConfig | None = N
     for key, fields in widths.items():
         text = text.replace(f"@{key}@", str(sum(layout_widths(fields).values())))
     text = text.replace("@CMD_BYTES@", str(play_cmd_bytes(config)))
-    text = text.replace("@PLAY_ADDR_BITS@", str(PLAY_ADDR_BITS))
+    text = text.replace("@PLAY_ADDR_BITS@", str(play_bits))
     text = text.replace("@ROW_W@", str(FIELDS["row"].width))
     offsets = list(layout_widths(TRACE_FIELDS).items())
     op_lo = sum(w for _, w in offsets[:[n for n, _ in offsets].index("opcode")])

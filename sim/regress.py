@@ -76,7 +76,8 @@ def regress(commands: int, policy: str = "dcs", shape: str = "sparse", sim: str 
             raise ValueError(f"segment(s) {bad} not in 0..{len(segs) - 1}")
         segs = [segs[k] for k in only]
     config = small_config().replace(policy=policy)
-    fast.build(sim, config)  # once, before the workers share it
+    for bits in {fast.play_bits_for(s.commands) for s in segs}:  # a write beat per command at most
+        fast.build(sim, config, play_bits=bits)  # once, before the workers share it
     folder = BUILD / "fast" / "runs" / sim / f"regress-{policy}-{shape}-{seed}"
     progress(f"pimorch regress: {commands} {shape} commands under {policy} on {sim}, "
              f"{len(segs)} segment(s) of up to {segment_size} on {jobs} worker(s); "

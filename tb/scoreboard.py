@@ -123,11 +123,22 @@ def trace_tuple(word: int) -> tuple[int, int, int]:
 #: load (tb/pim_tb.v.in, tb/hub_play.v.in: its host calls).
 PLAY_ADDR_BITS = 18
 PLAY_MAX = 1 << PLAY_ADDR_BITS
+#: The standalone player is also built with arrays of 2**PLAY_SMALL_BITS
+#: entries, for loads that fit (sim/fast.py: play_bits): its arrays take
+#: 1/8 of the memory, and clearing them at start-up is most of a short
+#: run's time.
+PLAY_SMALL_BITS = 15
 
-#: Entries each array of the player's record holds (tb/pim_tb.v.in: the
-#: command, write-beat and read-beat arrays have one entry per command a
-#: load can hold, the trace four).
-RECORD_CAPACITY = {"cmd": PLAY_MAX, "wdata": PLAY_MAX, "rdata": PLAY_MAX, "trace": 4 * PLAY_MAX}
+
+def record_capacity(bits: int = PLAY_ADDR_BITS) -> dict[str, int]:
+    """Entries each array of the record of a player built with
+    ``2**bits``-entry arrays holds (tb/pim_tb.v.in: the command, write-beat
+    and read-beat arrays have one entry per command a load can hold, the
+    trace four)."""
+    return {"cmd": 1 << bits, "wdata": 1 << bits, "rdata": 1 << bits, "trace": 4 << bits}
+
+
+RECORD_CAPACITY = record_capacity()
 
 
 def _hex_words(path: Path) -> list[int]:
@@ -147,17 +158,18 @@ def read_record(run_dir: Path | str, k: int, obs: Observed | None = None) -> Obs
     obs = obs or Observed()
     head = run_dir / f"play_record_{k}.txt"
     try:
-        tag, *counts = head.read_text().split()
-        counts = dict(zip(RECORD_CAPACITY, map(int, counts), strict=True))
+        tag, *counts, bits = head.read_text().split()
+        capacity = record_capacity(int(bits))
+        counts = dict(zip(capacity, map(int, counts), strict=True))
         if tag != "N":
             raise ValueError(tag)
     except (OSError, ValueError) as exc:
         raise ScoreboardError(f"{head}: no record counts ({exc})") from None
     values = {}
     for name, n in counts.items():
-        if n > RECORD_CAPACITY[name]:
+        if n > capacity[name]:
             raise ScoreboardError(f"{head}: {n} {name} entries, more than the player's "
-                                  f"{RECORD_CAPACITY[name]}; split the stream into more loads")
+                                  f"{capacity[name]}; split the stream into more loads")
         path = run_dir / f"play_record_{k}_{name}.hex"
         values[name] = _hex_words(path)
         if len(values[name]) != n:

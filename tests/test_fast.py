@@ -4,6 +4,8 @@ and the dual-path stream, scored against golden; and the player's own
 mechanics (done condition, hang detection, replay, a scoreboard that
 fails on a corrupted record)."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -138,7 +140,9 @@ def test_record_files_are_checked(sim, tmp_path):
     trace.write_text("\n".join(lines[:-1]) + "\n")
     with pytest.raises(scoreboard.ScoreboardError, match="play_record_0_trace.hex: .* the count"):
         fast.collect(run, 1)
-    (run / "play_record_0.txt").write_text(f"N 300 {head[2]} {head[3]} {4 * fast.PLAY_MAX + 1}\n")
+    bits = int(head[5])
+    assert bits == scoreboard.PLAY_SMALL_BITS  # 300 commands: the small build
+    (run / "play_record_0.txt").write_text(f"N 300 {head[2]} {head[3]} {(4 << bits) + 1} {bits}\n")
     with pytest.raises(scoreboard.ScoreboardError, match="more than the player's"):
         fast.collect(run, 1)
 
@@ -286,3 +290,17 @@ def test_hub_standalone_and_cocotb_agree(tmp_path):
     alone.calls[i].data ^= 1
     with pytest.raises(hub_scoreboard.HubScoreboardError, match=f"call {i} "):
         hub_scoreboard.check(hub, sessions["host_errors"], alone)
+
+
+def test_player_array_size_follows_the_loads():
+    """Loads that fit 2**PLAY_SMALL_BITS entries get the small build, any
+    larger one the full build; a load larger than a forced size is refused
+    before anything runs."""
+    small, full = scoreboard.PLAY_SMALL_BITS, scoreboard.PLAY_ADDR_BITS
+    assert fast.play_bits_for(1 << small) == small and fast.play_bits_for((1 << small) + 1) == full
+    loads = [fast.Load([0] * 10, []), fast.Load([0] * 5, [0] * ((1 << small) + 1))]
+    assert fast.play_bits(loads) == full and fast.play_bits(loads[:1]) == small
+    assert fast.build_dir("verilator", small_config(), small) != fast.build_dir(
+        "verilator", small_config(), full)
+    with pytest.raises(ValueError, match="does not fit the player's 2\\*\\*15 entries"):
+        fast.run("verilator", small_config(), loads, Path("unused"), bits=small)
