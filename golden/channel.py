@@ -99,8 +99,8 @@ from golden.streams import (
 #: the channel's stream types and command builders, importable from here
 __all__ = ["CMD_ID_MOD", "ERR_COUNT_MAX", "RDATA_POP_LATENCY", "BankTimer", "ChannelModel",
            "Command", "CommandError", "RunResult", "Status", "Streams", "TraceEntry",
-           "act_ahead", "gemv_commands", "gemv_result", "gemv_stream", "issue_refresh", "mac",
-           "rd", "rd_out", "wr", "wr_inp"]
+           "act_ahead", "check_gemv_shape", "gemv_commands", "gemv_result", "gemv_stream",
+           "issue_refresh", "mac", "rd", "rd_out", "wr", "wr_inp"]
 
 _WRITES = (Opcode.WR_INP, Opcode.WR)
 _READS = (Opcode.RD_OUT, Opcode.RD)
@@ -362,6 +362,22 @@ class ChannelModel:
         return streams.result(free)
 
 
+def check_gemv_shape(n_out: int, n_in: int, config: ChannelConfig) -> None:
+    """Raise ValueError naming the shape unless a GEMV of ``n_out`` x
+    ``n_in`` fits one channel of ``config`` (checked before anything is
+    allocated)."""
+    banks = config.banks
+    for name, v in (("n_out", n_out), ("n_in", n_in)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"GEMV {name} must be a positive integer, not {v!r}")
+    if n_in % LANES or n_out % banks:
+        raise ValueError(f"GEMV {n_out}x{n_in}: n_in must be a multiple of {LANES} and "
+                         f"n_out of banks={banks}")
+    words = n_in // LANES
+    if words > config.cols or words > config.gbuf_entries or n_out // banks > config.rows:
+        raise ValueError(f"GEMV {n_out}x{n_in} does not fit {config.describe()}")
+
+
 def gemv_stream(matrix_bf16: np.ndarray, config: ChannelConfig,
                 ) -> tuple[list[Command], list[int], list[tuple[int, int]]]:
     """Command and write-data streams for y = W x on one channel.
@@ -374,13 +390,9 @@ def gemv_stream(matrix_bf16: np.ndarray, config: ChannelConfig,
 
     Returns (commands, write beats for the matrix, [(group, out_idx)])."""
     n_out, n_in = matrix_bf16.shape
+    check_gemv_shape(n_out, n_in, config)
     banks = config.banks
     words = n_in // LANES
-    if n_in % LANES or n_out % banks:
-        raise ValueError(f"GEMV {n_out}x{n_in}: n_in must be a multiple of {LANES} and "
-                         f"n_out of banks={banks}")
-    if words > config.cols or words > config.gbuf_entries or n_out // banks > config.rows:
-        raise ValueError(f"GEMV {n_out}x{n_in} does not fit {config.describe()}")
     cmds: list[Command] = []
     beats: list[int] = []
     for r in range(n_out):

@@ -210,19 +210,44 @@ PROFILES = {"gddr6-aim": "gddr6_aim.toml", "gddr6-aim-assumed": "gddr6_aim_assum
 DEFAULT_PROFILE = "gddr6-aim"
 
 
+#: The largest TOML file (profile, scenario) the project reads.
+TOML_MAX_BYTES = 1 << 20
+
+
+def read_toml(path: str | Path, what: str) -> dict:
+    """A user's TOML file as a dict; every failure (missing, too large, not
+    UTF-8, not TOML, nested too deeply) one ConfigError naming ``what`` and
+    the file."""
+    p = Path(path)
+    try:
+        if not p.is_file():
+            raise ConfigError(f"{what} {str(path)!r} is not a file")
+        if p.stat().st_size > TOML_MAX_BYTES:
+            raise ConfigError(f"{what} {path}: larger than {TOML_MAX_BYTES} bytes")
+        text = p.read_bytes().decode("utf-8")
+        return tomllib.loads(text)
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{what} {path}: not UTF-8 text (byte {e.start})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{what} {path}: {e}") from None
+    except RecursionError:
+        raise ConfigError(f"{what} {path}: nested too deeply") from None
+    except OSError as e:
+        raise ConfigError(f"{what} {path}: {e.strerror or e}") from None
+
+
 def load_profile_data(name_or_path: str) -> dict:
     if name_or_path in PROFILES:
         text = resources.files("golden.profiles").joinpath(PROFILES[name_or_path]).read_text()
-    else:
-        path = Path(name_or_path)
-        if not path.is_file():
-            raise ConfigError(f"profile {name_or_path!r} is neither a known profile "
-                              f"({', '.join(PROFILES)}) nor a file")
-        text = path.read_text()
-    try:
         return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"profile {name_or_path!r}: {e}") from None
+    if not Path(name_or_path).is_file():
+        raise ConfigError(f"profile {name_or_path!r} is neither a known profile "
+                          f"({', '.join(PROFILES)}) nor a file")
+    data = read_toml(name_or_path, "profile")
+    for section in ("timing", "geometry", "sources"):
+        if not isinstance(data.get(section, {}), dict):
+            raise ConfigError(f"profile {name_or_path}: [{section}] must be a table")
+    return data
 
 
 def load_profile(name_or_path: str = DEFAULT_PROFILE, **overrides) -> ChannelConfig:

@@ -7,6 +7,7 @@ tool, a malformed command) print one line naming the problem and exit 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -14,6 +15,7 @@ import time
 from pathlib import Path
 
 from golden.config import POLICIES, PROFILES, ConfigError, load_profile, load_profile_data
+from sim import outputs
 from sim.generate import CONFIGS
 from sim.tools import SIMULATORS, ToolError
 
@@ -37,13 +39,20 @@ def _overrides(pairs: list[str]) -> dict[str, int | str]:
     return out
 
 
-def _int_list(text: str, what: str) -> tuple[int, ...]:
+def _int_list(text: str, what: str, lo: int = 1, hi: int = 1 << 20,
+              multiple: int = 1) -> tuple[int, ...]:
+    """A comma-separated list of at most LIMITS['list_values'] integers,
+    each in [lo, hi] and a multiple of ``multiple``."""
     try:
         values = tuple(int(v) for v in text.split(","))
     except ValueError:
         raise ConfigError(f"{what}: {text!r} is not a comma-separated list of integers") from None
-    if not values or min(values) < 1:
-        raise ConfigError(f"{what}: every value must be >= 1, not {text!r}")
+    if len(values) > LIMITS["list_values"]:
+        raise ConfigError(f"{what}: at most {LIMITS['list_values']} values, not {len(values)}")
+    for v in values:
+        if not lo <= v <= hi or v % multiple:
+            rule = f" and a multiple of {multiple}" if multiple > 1 else ""
+            raise ConfigError(f"{what}: every value must be in [{lo}, {hi}]{rule}, not {v}")
     return values
 
 
@@ -58,12 +67,72 @@ def _name_list(text: str | None, known, what: str, noun: str) -> tuple[str, ...]
     return names
 
 
+#: Upper bounds of the command line's sizes and counts (docs/bad-input.md).
+SEED_MAX = (1 << 32) - 1
+LIMITS = {"stream_commands": 10_000_000, "commands": 100_000_000, "segment_size": 1 << 18,
+          "jobs": 64, "tokens": 1 << 16, "d_head": 1024, "requests": 1_000_000,
+          "split_bytes_min": 4096, "steps": 1000, "list_values": 64, "dim": 8192,
+          "groups": 64}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``pimorch: error: ...`` naming the
+    argument, exit status 2 (no usage block)."""
+
+    def error(self, message):
+        print(f"pimorch: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _int_in(lo: int, hi: int):
+    """An argparse type: an integer in [lo, hi]."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"must be in [{lo}, {hi}], not {value}")
+        return value
+    return parse
+
+
+def _env_int(name: str, lo: int, hi: int, default: int | None) -> int | None:
+    """The environment variable ``name`` as an integer in [lo, hi]."""
+    text = os.environ.get(name)
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(f"environment variable {name}={text!r} is not an integer") from None
+    if not lo <= value <= hi:
+        raise ConfigError(f"environment variable {name}={value} must be in [{lo}, {hi}]")
+    return value
+
+
+def _env_sim(value: str | None) -> str:
+    """--sim, else the SIM environment variable, else verilator."""
+    if value is not None:
+        return value
+    sim = os.environ.get("SIM") or "verilator"
+    if sim not in SIMULATORS:
+        raise ConfigError(f"environment variable SIM={sim!r} is not one of "
+                          f"{', '.join(SIMULATORS)}")
+    return sim
+
+
 def _emit(data: dict, json_path: str | None) -> None:
-    text = json.dumps(data, indent=2)
+    """The result as JSON (strict: a NaN or infinity is an error, not a
+    bare token) on standard output or, atomically, in ``json_path``."""
+    try:
+        text = json.dumps(data, indent=2, allow_nan=False)
+    except ValueError as e:
+        raise ConfigError(f"--json: the result holds a value JSON cannot carry ({e})") from None
     if json_path in (None, "-"):
         print(text)
     else:
-        Path(json_path).write_text(text + "\n")
+        outputs.write_text(json_path, text + "\n", "--json")
         print(f"wrote {json_path}", file=sys.stderr)
 
 
@@ -75,8 +144,11 @@ def cmd_sim(args) -> int:
     from sim import runner
     from tb import play_tests
 
-    if args.stream_commands < 1:
-        raise ConfigError(f"--stream-commands must be >= 1, not {args.stream_commands}")
+    args.sim = _env_sim(args.sim)
+    if args.seed is None:
+        args.seed = _env_int("SEED", 0, SEED_MAX, None)
+    if args.stream_commands is None:
+        args.stream_commands = _env_int("STREAM_COMMANDS", 1, LIMITS["stream_commands"], 20000)
     waves = args.waves or runner.waves_enabled()
     policies = args.policy or list(POLICIES)
     env = {"PIMORCH_HUB_LAG": "1"}
@@ -162,6 +234,8 @@ def cmd_sim(args) -> int:
 def cmd_regress(args) -> int:
     from sim.regress import regress
 
+    args.sim = _env_sim(args.sim)
+    outputs.check_file(args.json, "--json")
     only = None if args.segment is None else [args.segment]
     summary = regress(args.commands, policy=args.policy, shape=args.shape, sim=args.sim,
                       seed=args.seed, jobs=args.jobs, segment_size=args.segment_size,
@@ -179,11 +253,15 @@ def cmd_regress(args) -> int:
 def cmd_verilog(args) -> int:
     from sim.generate import CONFIGS, generate
 
+    outputs.check_dir(args.out, "--out")
     for name in args.config or ["small", "full16"]:
         path = generate(CONFIGS[name]())
         out = Path(args.out) / name / path.name
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(path.read_text())
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"--out {out.parent}: {e.strerror or e}") from None
+        outputs.write_text(out, path.read_text(), "--out")
         print(f"{name:7} {out}  ({CONFIGS[name]().describe()})")
     return 0
 
@@ -294,9 +372,11 @@ def cmd_dcs_utilization(args) -> int:
     from golden.system.studies import dcs_utilization
 
     _emit(dcs_utilization(args.profile, tokens=512 if args.tokens is None else args.tokens,
-                          d_heads=_int_list(args.d_heads, "--d-heads"),
-                          groups=_int_list(args.groups or "1,2,4,8", "--groups"),
-                          fc_dims=_int_list(args.fc_dims or "128,512,4096", "--fc-dims"),
+                          d_heads=_int_list(args.d_heads, "--d-heads", 16, LIMITS["d_head"], 16),
+                          groups=_int_list(args.groups or "1,2,4,8", "--groups", 1,
+                                           LIMITS["groups"]),
+                          fc_dims=_int_list(args.fc_dims or "128,512,4096", "--fc-dims", 16,
+                                            LIMITS["dim"], 16),
                           **_overrides(args.set)), args.json)
     return 0
 
@@ -304,7 +384,8 @@ def cmd_dcs_utilization(args) -> int:
 def cmd_fc_utilization(args) -> int:
     from golden.system.studies import FC_SWEEP, fc_utilization
 
-    dims = _int_list(args.fc_dims, "--fc-dims") if args.fc_dims else FC_SWEEP
+    dims = (_int_list(args.fc_dims, "--fc-dims", 16, LIMITS["dim"], 16) if args.fc_dims
+            else FC_SWEEP)
     _emit(fc_utilization(args.profile, dims=dims, **_overrides(args.set)), args.json)
     return 0
 
@@ -313,7 +394,7 @@ def cmd_kernel_breakdown(args) -> int:
     from golden.system.studies import kernel_breakdown
 
     _emit(kernel_breakdown(args.profile, d_head=args.d_head,
-                           groups=_int_list(args.groups or "1,8", "--groups"),
+                           groups=_int_list(args.groups or "1,8", "--groups", 1, LIMITS["groups"]),
                            tokens=4096 if args.tokens is None else args.tokens,
                            **_overrides(args.set)), args.json)
     return 0
@@ -361,7 +442,8 @@ def cmd_sherpa(args) -> int:
     split = SPLIT_BYTES if args.split_bytes is None else args.split_bytes
     if split < 1:
         raise ConfigError(f"--split-bytes must be >= 1, not {split}")
-    seq_lens = SEQ_LENS if args.seq_lens is None else _int_list(args.seq_lens, "--seq-lens")
+    seq_lens = SEQ_LENS if args.seq_lens is None else _int_list(args.seq_lens, "--seq-lens", 1,
+                                                                   1 << 17)
     _emit(sherpa_study(seq_lens=seq_lens, split_bytes=split), args.json)
     return 0
 
@@ -415,14 +497,40 @@ STUDIES = {"gemv": cmd_gemv, "dcs-utilization": cmd_dcs_utilization,
            "tcp-activation": cmd_system_study, "librapim": cmd_system_study}
 
 
+#: The options each study reads (an option given to another study is an error).
+_SYSTEM_OPTIONS = {"csv", "json", "plot", "progress", "scenario", "scheduler", "set",
+                   "show_scenario"}
+STUDY_OPTIONS = {
+    "gemv": {"json", "n_in", "n_out", "profile", "seed", "set"},
+    "dcs-utilization": {"d_heads", "fc_dims", "groups", "json", "profile", "set", "tokens"},
+    "fc-utilization": {"fc_dims", "json", "profile", "set"},
+    "kernel-breakdown": {"d_head", "groups", "json", "profile", "set", "tokens"},
+    "dpa-program-size": {"d_head", "json"},
+    "dpa-capacity": {"chunk_bytes", "json", "requests", "seed"},
+    "sherpa": {"json", "seq_lens", "split_bytes"},
+    "hetero-training": {"json", "offload_fraction", "steps", "workloads"},
+    "jitq": {"json", "models"},
+    **{s: _SYSTEM_OPTIONS for s in ("pimphony", "pimphony-scaling", "tcp-activation",
+                                     "librapim")},
+}
+
+
 def cmd_run(args) -> int:
     if args.study not in STUDIES:
         raise ConfigError(f"unknown study {args.study!r} (known: {', '.join(sorted(STUDIES))})")
+    defaults = vars(build_parser().parse_args(["run", args.study]))
+    given = [k for k, v in vars(args).items()
+             if k not in ("study", "func", "command") and v != defaults.get(k)]
+    foreign = [k for k in given if k not in STUDY_OPTIONS[args.study]]
+    if foreign:
+        flag = "--" + foreign[0].replace("_", "-")
+        uses = ", ".join("--" + o.replace("_", "-") for o in sorted(STUDY_OPTIONS[args.study]))
+        raise ConfigError(f"{flag} does not apply to study {args.study} (its options: {uses})")
     return STUDIES[args.study](args)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="pimorch",
         description="PIM orchestration reference: Amaranth RTL of a PIM channel and its "
                     "bit/cycle-exact golden model.")
@@ -430,10 +538,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("sim", help="run the cocotb testbenches and the standalone player "
                                    "tests on the generated Verilog")
-    s.add_argument("--sim", choices=SIMULATORS, default=os.environ.get("SIM", "verilator"))
+    s.add_argument("--sim", choices=SIMULATORS, default=None,
+                   help="simulator (default: the SIM environment variable, else verilator)")
     s.add_argument("--test", action="append", help="run only this test (repeatable)")
-    s.add_argument("--seed", type=int, default=int(os.environ["SEED"]) if os.environ.get(
-        "SEED") else None, help="random seed (printed by every run; replays it)")
+    s.add_argument("--seed", type=_int_in(0, SEED_MAX), default=None,
+                   help="random seed (also SEED; printed by every run; replays it)")
     s.add_argument("--waves", action="store_true", help="write a VCD per test (also WAVES=1)")
     s.add_argument("--policy", action="append", choices=POLICIES,
                    help="controller policy to build and test (repeatable; default: all); "
@@ -447,23 +556,29 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-player", action="store_true",
                    help="skip the standalone player tests (tb/play_tests.py); --waves "
                         "skips them too (they write no waveform)")
-    s.add_argument("--stream-commands", type=int, default=int(os.environ.get(
-        "STREAM_COMMANDS") or 20000), metavar="N",
-                   help="commands per long_* player test (default 20000; also STREAM_COMMANDS)")
+    s.add_argument("--stream-commands", type=_int_in(1, LIMITS["stream_commands"]),
+                   default=None, metavar="N",
+                   help="commands per long_* player test (default 20000; also "
+                        f"STREAM_COMMANDS; at most {LIMITS['stream_commands']:,})")
     s.set_defaults(func=cmd_sim)
 
     s = sub.add_parser("regress", help="a long random regression through the standalone "
                                        "player, segments on parallel workers (make regress)")
-    s.add_argument("--commands", type=int, default=10_000_000)
+    s.add_argument("--commands", type=_int_in(1, LIMITS["commands"]), default=10_000_000,
+                   help=f"commands in all (at most {LIMITS['commands']:,})")
     s.add_argument("--policy", choices=POLICIES, default="dcs")
     s.add_argument("--shape", choices=("dense", "sparse", "mixed"), default="sparse")
-    s.add_argument("--sim", choices=SIMULATORS, default=os.environ.get("SIM", "verilator"))
-    s.add_argument("--seed", type=int, default=None, help="the run's seed (printed; replays it)")
-    s.add_argument("--segment", type=int, default=None,
+    s.add_argument("--sim", choices=SIMULATORS, default=None,
+                   help="simulator (default: the SIM environment variable, else verilator)")
+    s.add_argument("--seed", type=_int_in(0, SEED_MAX), default=None,
+                   help="the run's seed (printed; replays it)")
+    s.add_argument("--segment", type=_int_in(0, LIMITS["commands"]), default=None,
                    help="replay only this segment of the seeded run")
-    s.add_argument("--segment-size", type=int, default=250_000, metavar="N",
-                   help="commands per segment (one simulation and scoreboard each)")
-    s.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    s.add_argument("--segment-size", type=_int_in(1, LIMITS["segment_size"]), default=250_000,
+                   metavar="N", help="commands per segment (one simulation and scoreboard "
+                                     f"each; at most {LIMITS['segment_size']:,})")
+    s.add_argument("--jobs", type=_int_in(1, LIMITS["jobs"]), default=2,
+                   help="worker processes (default 2)")
     s.add_argument("--json", metavar="FILE", help="write the summary as JSON ('-': stdout)")
     s.set_defaults(func=cmd_regress)
 
@@ -478,13 +593,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_lint)
 
     def gemv_args(s):
-        s.add_argument("--n-out", type=int, default=256)
-        s.add_argument("--n-in", type=int, default=512)
+        s.add_argument("--n-out", type=_int_in(1, 1 << 20), default=256)
+        s.add_argument("--n-in", type=_int_in(1, 1 << 20), default=512)
         s.add_argument("--profile", default="gddr6-aim",
                        help=f"device profile: {', '.join(PROFILES)} or a TOML file")
         s.add_argument("--set", action="append", metavar="KEY=VALUE",
                        help="override a geometry or timing key, e.g. --set banks=8")
-        s.add_argument("--seed", type=int, default=0)
+        s.add_argument("--seed", type=_int_in(0, SEED_MAX), default=0)
         s.add_argument("--json", metavar="FILE", help="write JSON to FILE ('-' for stdout)")
 
     s = sub.add_parser("gemv", help="run a GEMV on the golden model")
@@ -494,7 +609,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("run", help="run a golden-model study by name")
     s.add_argument("study", help=f"one of: {', '.join(sorted(STUDIES))}")
     gemv_args(s)
-    s.add_argument("--tokens", type=int, default=None,
+    s.add_argument("--tokens", type=_int_in(1, LIMITS["tokens"]), default=None,
                    help="dcs-utilization (default 512), kernel-breakdown (4096): context tokens "
                         "per channel")
     s.add_argument("--d-heads", default="64,128,256", help="dcs-utilization: d_head values")
@@ -503,19 +618,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--fc-dims", default=None,
                    help="dcs-utilization (default 128,512,4096): FC d_in and d_out values; "
                         "fc-utilization (128 .. 8192): d_in = d_out")
-    s.add_argument("--d-head", type=int, default=128,
+    s.add_argument("--d-head", type=_int_in(16, LIMITS["d_head"]), default=128,
                    help="dpa-program-size, kernel-breakdown: d_head")
-    s.add_argument("--requests", type=int, default=4096,
+    s.add_argument("--requests", type=_int_in(1, LIMITS["requests"]), default=4096,
                    help="dpa-capacity: context lengths drawn per dataset (with --seed)")
-    s.add_argument("--chunk-bytes", type=int, default=1 << 20,
+    s.add_argument("--chunk-bytes", type=_int_in(1, 1 << 40), default=1 << 20,
                    help="dpa-capacity: KV chunk size in bytes (default 1 MB)")
     s.add_argument("--seq-lens", default=None,
                    help="sherpa: prefill input lengths in tokens (default 1 to 4096)")
-    s.add_argument("--split-bytes", type=int, default=None,
+    s.add_argument("--split-bytes", type=_int_in(LIMITS["split_bytes_min"], 1 << 40),
+                   default=None,
                    help="sherpa: copy piece size of balanced DDB (default 1 MB)")
     s.add_argument("--workloads", default=None,
                    help="hetero-training: workloads (comma-separated; default: all)")
-    s.add_argument("--steps", type=int, default=4, help="hetero-training: training steps")
+    s.add_argument("--steps", type=_int_in(1, LIMITS["steps"]), default=4,
+                   help="hetero-training: training steps")
     s.add_argument("--models", default=None,
                    help="jitq: models (comma-separated; default: all of REFERENCE.md)")
     s.add_argument("--offload-fraction", type=float, default=0.9,
@@ -536,8 +653,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("dpa-program", help="print the QK^T DPA program (hex and disassembly)")
-    s.add_argument("--d-head", type=int, default=32)
-    s.add_argument("--unroll", type=int, default=None, help="key slots per loop iteration")
+    s.add_argument("--d-head", type=_int_in(16, LIMITS["d_head"]), default=32)
+    s.add_argument("--unroll", type=_int_in(1, 1 << 12), default=None,
+                   help="key slots per loop iteration")
     s.add_argument("--reference", action="store_true",
                    help="the 16-channel GDDR6-AiM module (default: the RTL tests' small HUB)")
     s.set_defaults(func=cmd_dpa_program)
@@ -578,12 +696,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run a command. Bad input: one line on stderr naming it, exit 2; a
+    closed output pipe ends the run quietly."""
     try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # --help (0), or a bad argument (2, its line printed)
+        return e.code if isinstance(e.code, int) else 2
+    try:
+        # every output path is checked before the run starts
+        for attr, flag, kind in (("json", "--json", "file"), ("csv", "--csv", "file"),
+                                 ("plot", "--plot", "dir"), ("out", "--out", "dir")):
+            if hasattr(args, attr):
+                check = outputs.check_file if kind == "file" else outputs.check_dir
+                check(getattr(args, attr), flag)
         return args.func(args)
     except (ValueError, ToolError) as e:  # ConfigError, CommandError are ValueErrors
         print(f"pimorch: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader left (``... | head``): stop writing, quietly
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -33,7 +33,9 @@ def write_csv(result: dict, path: str) -> None:
         f = sys.stdout
         _write(f, columns, records)
     else:
-        with open(path, "w", newline="") as f:
+        from sim.outputs import atomic
+
+        with atomic(path, "--csv", newline="") as f:
             _write(f, columns, records)
 
 
@@ -53,8 +55,11 @@ def _pyplot():
 
 
 def _save(plt, fig, path: Path) -> str:
+    from sim.outputs import atomic
+
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic(path, "--plot", mode="wb") as f:  # no partial PNG on a failure
+        fig.savefig(f, dpi=120, format="png")
     plt.close(fig)
     return str(path)
 
@@ -62,7 +67,12 @@ def _save(plt, fig, path: Path) -> str:
 def plot(result: dict, out_dir: str) -> list[str]:
     """The study's figures as PNG files in ``out_dir``; returns their paths."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        from golden.config import ConfigError
+
+        raise ConfigError(f"--plot {out_dir}: {e.strerror or e}") from None
     return {"pimphony": _plot_pimphony, "pimphony-scaling": _plot_scaling,
             "tcp-activation": _plot_tcp, "librapim": _plot_librapim}[result["study"]](result, out)
 

@@ -5,7 +5,17 @@ from __future__ import annotations
 import numpy as np
 
 from golden import numerics as nm
-from golden.channel import Command, act_ahead, gemv_commands, mac, rd, rd_out, wr, wr_inp
+from golden.channel import (
+    Command,
+    act_ahead,
+    check_gemv_shape,
+    gemv_commands,
+    mac,
+    rd,
+    rd_out,
+    wr,
+    wr_inp,
+)
 from golden.config import ChannelConfig
 from golden.isa import CHANNEL_OPCODES, LANES, XPU_OPCODES, Opcode
 
@@ -153,6 +163,9 @@ def dex_stream(config: ChannelConfig, groups: int, rng: np.random.Generator, spl
 
 def gemv_problem(n_out: int, n_in: int, seed: int, config: ChannelConfig):
     """A random BF16 GEMV: (matrix bits, input bits, commands, write beats)."""
+    check_gemv_shape(n_out, n_in, config)
+    if not isinstance(seed, int) or not 0 <= seed < 1 << 64:
+        raise ValueError(f"GEMV seed must be an integer in [0, 2**64), not {seed!r}")
     rng = np.random.default_rng(seed)
     w = nm.float_to_bf16(rng.standard_normal((n_out, n_in)) / np.sqrt(n_in))
     x = nm.float_to_bf16(rng.standard_normal(n_in))

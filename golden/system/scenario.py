@@ -11,12 +11,13 @@ one the defaults have and every value of the default's type; otherwise a
 from __future__ import annotations
 
 import copy
+import math
 import tomllib
 from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
 
-from golden.config import ConfigError
+from golden.config import ConfigError, read_toml
 from golden.system.model import Assumptions
 
 SCENARIO_STUDIES = ("pimphony", "pimphony-scaling", "tcp-activation", "librapim")
@@ -30,6 +31,10 @@ def defaults(study: str) -> dict:
     if study != "librapim":  # the PIMphony system model's assumptions
         data["assumptions"] = asdict(Assumptions())
     return data
+
+
+#: The longest list a scenario key may hold (batches, lengths, names).
+LIST_MAX = 1024
 
 
 def _typed(key: str, value, default, where: str):
@@ -48,6 +53,8 @@ def _typed(key: str, value, default, where: str):
     if isinstance(default, float):
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise bad("a number")
+        if not math.isfinite(value):
+            raise bad("a finite number")
         return float(value)
     if isinstance(default, str):
         if not isinstance(value, str):
@@ -56,6 +63,8 @@ def _typed(key: str, value, default, where: str):
     if isinstance(default, list):
         if not isinstance(value, list):
             raise bad("a list")
+        if len(value) > LIST_MAX:
+            raise bad(f"a list of at most {LIST_MAX} values")
         proto = default[0] if default else ""
         return [_typed(f"{key}[{i}]", v, proto, where) for i, v in enumerate(value)]
     raise bad(type(default).__name__)
@@ -107,14 +116,9 @@ def load(study: str, path: str | None = None, sets=()) -> dict:
     """The scenario of ``study``: defaults, then the file, then ``sets``."""
     data = copy.deepcopy(defaults(study))
     if path:
-        p = Path(path)
-        if not p.is_file():
+        if not Path(path).is_file():
             raise ConfigError(f"scenario file {path!r} does not exist")
-        try:
-            user = tomllib.loads(p.read_text())
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"scenario {path}: {e}") from None
-        _merge(data, user, f"scenario {path}")
+        _merge(data, read_toml(path, "scenario"), f"scenario {path}")
     for pair in sets or ():
         _merge(data, parse_set(pair, data), "--set")
     return data
