@@ -36,14 +36,37 @@ class CommandError(ValueError):
         self.code = code
 
 
+#: Each command field's exclusive upper bound, from the encoding table.
+_FIELD_LIMITS = tuple((name, 1 << FIELDS[name].width) for name in COMMAND_FIELDS)
+
+
 @dataclass(frozen=True)
 class Command:
+    """One channel command. Every field is an integer that fits its field
+    of the encoding table (golden.isa.FIELDS): a negative index, a float or
+    a value wider than the field cannot be built (ValueError naming the
+    field), so nothing aliases a real entry. Whether a value is in range
+    for a configuration is the channel's check (ChannelModel.check)."""
+
     opcode: int
     bank: int = 0
     row: int = 0
     col: int = 0
     gbuf_idx: int = 0
     out_idx: int = 0
+
+    def __post_init__(self):
+        for name, limit in _FIELD_LIMITS:
+            v = getattr(self, name)
+            if type(v) is not int:  # an IntEnum (the opcode) or a numpy integer passes
+                if isinstance(v, np.integer):
+                    v = int(v)
+                    object.__setattr__(self, name, v)
+                elif not isinstance(v, int) or isinstance(v, bool):
+                    raise ValueError(f"command field {name} must be an integer, not {v!r}")
+            if not 0 <= v < limit:
+                raise ValueError(f"command field {name}={v} does not fit its "
+                                 f"{limit.bit_length() - 1}-bit field [0, {limit})")
 
     def pack(self) -> int:
         return pack_command(**dataclasses.asdict(self))

@@ -3,10 +3,11 @@ them: write beats visible the cycle after they arrive, read credits (a read
 waits until fewer than rdata_depth beats are unpopped), the sticky status
 (first error kept, count saturating), and the command builders."""
 
+import numpy as np
 import pytest
 
 from golden.config import small_config
-from golden.isa import ErrorCode, Opcode
+from golden.isa import COMMAND_FIELDS, FIELDS, ErrorCode, Opcode
 from golden.streams import (
     ERR_COUNT_MAX,
     RDATA_POP_LATENCY,
@@ -70,3 +71,18 @@ def test_builders_make_the_commands_they_name():
     assert rd(1, 5, 6) == Command(Opcode.RD, bank=1, row=5, col=6)
     assert wr(1, 5, 6) == Command(Opcode.WR, bank=1, row=5, col=6)
     assert act_ahead(2, 9) == Command(Opcode.ACT_AHEAD, bank=2, row=9)
+
+
+@pytest.mark.parametrize("field", COMMAND_FIELDS)
+def test_every_command_field_rejects_what_its_encoding_cannot_hold(field):
+    """A negative index (which would alias a real entry through Python's
+    indexing), a value wider than the field, a float or a bool cannot make
+    a Command; the field's largest value and a numpy integer can."""
+    width = FIELDS[field].width
+    base = {"opcode": int(Opcode.RD)}
+    for bad in (-1, 1 << width, 1.5, True, "1"):
+        with pytest.raises(ValueError, match=f"command field {field}"):
+            Command(**{**base, field: bad})
+    ok = Command(**{**base, field: (1 << width) - 1})
+    assert getattr(ok, field) == (1 << width) - 1
+    assert type(getattr(Command(**{**base, field: np.int64(1)}), field)) is int
