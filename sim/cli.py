@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import json
 import os
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -187,11 +188,13 @@ def cmd_sim(args) -> int:
         print(f"pimorch sim: {label}: {len(tests)} cocotb test(s) and {len(played)} player "
               f"test(s) under {args.sim}{' with waveforms' if waves else ''}; "
               f"building the models if needed ...", flush=True)
+        # one seed for the cocotb tests of the run, printed (tb/seeds.py: it replays them)
+        cocotb_seed = args.seed if args.seed is not None else secrets.randbelow(1 << 32)
         if tests:
             runner.build(args.sim, config, waves=waves)
         for name in tests:
             results, test_dir = runner.run(args.sim, [name], config=config, waves=waves,
-                                           seed=args.seed, run_name=f"{label}-{name}",
+                                           seed=cocotb_seed, run_name=f"{label}-{name}",
                                            extra_env=env)
             for r in results:
                 metrics = test_dir / "metrics.json"
@@ -200,9 +203,11 @@ def cmd_sim(args) -> int:
                 rows.append(r.passed)
                 status = "PASS" if r.passed else "FAIL"
                 print(f"  {status}  {r.name:28} {m.get('commands', 0):>7} cmds "
-                      f"{m.get('cycles', 0):>9} cycles {r.wall_s:8.2f} s"
+                      f"{m.get('cycles', 0):>9} cycles {r.wall_s:8.2f} s  seed {cocotb_seed}"
                       + (f"  {wave}" if wave.is_file() else ""), flush=True)
                 if not r.passed:
+                    print(f"        replay: pimorch sim --sim {args.sim} --test {r.name} "
+                          f"--seed {cocotb_seed}")
                     print(f"        {r.message.splitlines()[0] if r.message else ''}")
                     print(f"        log: {test_dir / 'sim.log'}")
         for name in played:

@@ -13,6 +13,7 @@ import fcntl
 import io
 import json
 import os
+import secrets
 import shutil
 import time
 import xml.etree.ElementTree as ET
@@ -140,8 +141,10 @@ def run(sim: str, testcases: list[str] | None = None,
         shutil.rmtree(test_dir)
     test_dir.mkdir(parents=True)
     toplevel, module = _toplevel(config)
+    if seed is None:  # the run's seed, chosen here so the testbench can print it (tb/seeds.py)
+        seed = secrets.randbelow(1 << 32)
     env = {"PIMORCH_CONFIG": json.dumps(dataclasses.asdict(config)),
-           "PIMORCH_TEST_DIR": str(test_dir), **(extra_env or {})}
+           "PIMORCH_TEST_DIR": str(test_dir), "PIMORCH_SEED": str(seed), **(extra_env or {})}
     plusargs = [f"+dumpfile_path={test_dir / 'waves.vcd'}"] if waves and sim == "icarus" else []
     started = time.perf_counter()
     with _waves_env(waves):

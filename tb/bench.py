@@ -15,7 +15,6 @@ import json
 import logging
 import os
 
-import cocotb
 import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge
@@ -25,6 +24,7 @@ from golden.config import ChannelConfig, Timing
 from golden.isa import TRACE_FIELDS, unpack
 from tb import scoreboard
 from tb.scoreboard import Observed, ScoreboardError  # noqa: F401 (the testbenches' names)
+from tb.seeds import run_seed
 
 CLOCK_NS = 10
 
@@ -47,15 +47,16 @@ class ChannelTB:
         self.dut = dut
         self.config = config or config_from_env()
         self.log = logging.getLogger("cocotb.tb")
-        self.seed = int(cocotb.RANDOM_SEED)
+        self.seed = run_seed()
         self.rng = np.random.default_rng(self.seed)
         self.idle, self.backpressure = idle, backpressure
         # The golden model's GBuf and bank contents carry over between streams,
         # as the RTL's memories do through a reset (registers, OBuf included,
         # are reset).
         self.model = ChannelModel(self.config)
-        self.log.info("seed %d (replay: SEED=%d make sim, or pytest --seed %d); %s",
-                      self.seed, self.seed, self.seed, self.config.describe())
+        self.log.info("seed %d (replay: pimorch sim --test <name> --seed %d, SEED=%d make "
+                      "sim, or pytest --seed %d); %s", self.seed, self.seed, self.seed,
+                      self.seed, self.config.describe())
 
     async def start(self) -> None:
         dut = self.dut

@@ -30,6 +30,7 @@ from golden.config import Timing
 from golden.isa import STATUS_FIELDS, TRACE_FIELDS, Opcode, unpack
 from tb.alu_stimulus import check_kernel, kernel_case, random_beat
 from tb.scoreboard import refresh_tail
+from tb.seeds import run_seed
 
 CLOCK_NS = 10
 IDLE, BACKPRESSURE = 0.2, 0.2
@@ -50,10 +51,11 @@ class AluTB:
     def __init__(self, dut):
         self.dut = dut
         self.cfg = config_from_env()
-        self.seed = int(cocotb.RANDOM_SEED)
+        self.seed = run_seed()
         self.rng = np.random.default_rng(self.seed)
         self.log = logging.getLogger("cocotb.tb")
-        self.log.info("seed %d (SEED=%d replays)", self.seed, self.seed)
+        self.log.info("seed %d (pimorch sim --seed %d, or SEED=%d, replays)", self.seed,
+                      self.seed, self.seed)
 
     async def reset(self):
         dut = self.dut

@@ -41,6 +41,7 @@ from tb.hub_stimulus import (
     host_error_calls,
     qkt_case,
 )
+from tb.seeds import run_seed
 
 CLOCK_NS = 10
 MAX_WAIT = 200_000  # cycles for one host operation
@@ -62,7 +63,7 @@ class HubTB:
         self.dut, self.name = dut, name  # the test's name names its record file
         self.hub = config_from_env()
         self.log = logging.getLogger("cocotb.tb")
-        self.seed = int(cocotb.RANDOM_SEED)
+        self.seed = run_seed()
         self.rng = np.random.default_rng(self.seed)
         self.rec = HubRecord(self.hub.n_channels)
         self.loads = self.rec.loads  # cycle, command, mask, discard
@@ -204,7 +205,7 @@ async def qkt_two_requests(dut):
     (the host grows it between steps). Every response equals the golden
     model's; the scores are also checked against numpy."""
     hub = config_from_env()
-    case = qkt_case(hub, steps=4, seed=int(cocotb.RANDOM_SEED) % 1000)
+    case = qkt_case(hub, steps=4, seed=run_seed() % 1000)
     tb, rsp = await _run(dut, case.calls, "qkt_two_requests")
     if os.environ.get("PIMORCH_HUB_LAG") == "1":  # make sim, make bench: golden reruns per step
         tb.lag = tb.decode_stall()

@@ -1,6 +1,7 @@
 """The cocotb testbenches under BOTH Verilator and Icarus, one build per
 (simulator, configuration) reused by every test, one run folder per test."""
 
+import json
 
 import pytest
 from vcdvcd import VCDVCD
@@ -175,3 +176,23 @@ def test_waveform_shows_dcs_issue_out_of_program_order(wave_sim):
     assert when[(Opcode.MAC, 0)] - when[(Opcode.ACT, 0)] == small_config().timing.t_rcd
     order = [(op, i) for op, i, _ in issued if op not in DEVICE_ACTIONS]
     assert order != sorted(order, key=lambda e: e[1])  # not program order
+
+
+def test_the_printed_seed_replays_a_cocotb_run():
+    """The seed a cocotb test prints replays it exactly: the same seed gives
+    the same run (cycles, trace, read beats), another seed another run."""
+    sim = "icarus"
+    need(sim)
+    env = {"PIMORCH_RANDOM_COMMANDS": "300"}
+
+    def run(seed):
+        results, test_dir = runner.run(sim, ["random_stream_flow_control"], seed=seed,
+                                       run_name=f"pytest-seed-{seed}", extra_env=env)
+        assert results and results[0].passed, results
+        log = (test_dir / "sim.log").read_text()
+        assert f"seed {seed} (replay: pimorch sim --test <name> --seed {seed}" in log
+        return json.loads((test_dir / "metrics.json").read_text())
+
+    first, again, other = run(7), run(7), run(8)
+    assert first == again and first["seed"] == 7
+    assert (other["cycles"], other["trace_entries"]) != (first["cycles"], first["trace_entries"])
