@@ -309,7 +309,9 @@ class HubConfig:
 
     channel: ChannelConfig = field(default_factory=ChannelConfig)
     n_channels: int = 2
-    chunk_bytes: int = 1 << 20
+    #: None: 1 MB (REFERENCE.md), or, where the channel's rows do not hold
+    #: that much, the largest power-of-two number of module rows they hold
+    chunk_bytes: int | None = None
     instr_depth: int = 32  # instruction buffer entries (INSTR_BITS each)
     requests: int = 4  # configuration buffer entries
     chunks_per_request: int = 4  # VA2PA entries per request
@@ -332,8 +334,15 @@ class HubConfig:
         }
         for key, (lo, hi) in limits.items():
             value = getattr(self, key)
+            if key == "chunk_bytes" and value is None:  # the default, resolved below
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
                 raise ConfigError(f"{key} must be an integer in [{lo}, {hi}], not {value!r}")
+        if self.chunk_bytes is None:
+            fit = self.row_bytes << (self.channel.rows.bit_length() - 1)
+            object.__setattr__(self, "chunk_bytes", min(1 << 20, fit))
+        if self.gpr_entries & (self.gpr_entries - 1):
+            raise ConfigError(f"gpr_entries must be a power of two, not {self.gpr_entries}")
         cols = self.channel.cols
         if cols & (cols - 1):
             raise ConfigError(f"channel.cols must be a power of two for DPA addressing, not {cols}")
@@ -343,8 +352,6 @@ class HubConfig:
                 f"chunk_bytes={self.chunk_bytes} must be a power-of-two multiple of one module "
                 f"row ({self.row_bytes} B = {self.n_channels} channels x {self.channel.banks} "
                 f"banks x {cols} x 32 B) and at most {self.channel.rows} rows")
-        if self.gpr_entries & (self.gpr_entries - 1):
-            raise ConfigError(f"gpr_entries must be a power of two, not {self.gpr_entries}")
 
     @property
     def row_bytes(self) -> int:

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from golden import numerics
+
 BLOCK = 16
 NAN_EXP = 0xFF
 CANONICAL_NAN_F32 = np.uint32(0x7FC00000)
@@ -60,7 +62,7 @@ SOURCES = {"bf16": (15, 7, 7), "fp32": (31, 23, 23)}
 def fields(bits: np.ndarray, source: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(sign, biased exponent, 1.frac magnitude or 0) of BF16/FP32 patterns."""
     sign_at, exp_at, frac = SOURCES[source]
-    b = np.asarray(bits, dtype=np.int64)
+    b = numerics.as_bits(bits, sign_at + 1, f"{source} patterns").astype(np.int64)
     sign = (b >> sign_at) & 1
     exp = (b >> exp_at) & 0xFF
     mag = np.where(exp == 0, 0, (b & ((1 << frac) - 1)) | (1 << frac))

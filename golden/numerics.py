@@ -106,8 +106,25 @@ def mac_trees(weights: np.ndarray, inputs: np.ndarray) -> np.ndarray:
     return tree_sum(bf16_mul(weights, np.broadcast_to(inputs, np.shape(weights))))
 
 
+def as_bits(x, width: int, what: str) -> np.ndarray:
+    """``x`` as an array of ``width``-bit patterns: unsigned integers that
+    fit pass through; signed integers must lie in [0, 2**width); floats,
+    bools and anything else are refused (ValueError naming ``what``), never
+    wrapped or truncated."""
+    a = np.asarray(x)
+    if a.dtype.kind == "u" and a.dtype.itemsize * 8 <= width:
+        return a
+    if a.dtype.kind not in "iu":
+        raise ValueError(f"{what}: bit patterns must be integers, not {a.dtype} values")
+    if a.size and (int(a.min()) < 0 or int(a.max()) >= 1 << width):
+        raise ValueError(f"{what}: bit patterns must be in [0, 2**{width}), not "
+                         f"{int(a.min())} .. {int(a.max())}")
+    return a
+
+
 def f32_to_bf16(x: np.ndarray) -> np.ndarray:
     """FP32 bits -> BF16 bits, round to nearest even, canonical NaN, FTZ."""
+    x = as_bits(x, 32, "f32_to_bf16")
     bits = np.asarray(x, dtype=np.uint32).astype(np.uint64)
     exp = (bits >> 23) & 0xFF
     bits = np.where(exp == 0, bits & 0x80000000, bits)

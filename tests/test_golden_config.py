@@ -85,6 +85,21 @@ def test_hub_config_errors_name_the_key(change, match):
         HubConfig(**{**fields, **change})
 
 
+@pytest.mark.parametrize("change, match", [
+    ({"n_channels": 0}, "n_channels must be an integer"),
+    ({"gpr_entries": 100}, "gpr_entries must be a power of two"),
+    ({"requests": 0}, "requests must be an integer"),
+])
+def test_hub_config_defaults_are_valid_so_errors_name_the_key_given(change, match):
+    """HubConfig() itself validates (the default chunk: 1 MB, or what the
+    default channel's rows hold), so a bad key given alone is the one the
+    error names."""
+    hub = HubConfig()
+    assert hub.chunk_bytes == min(1 << 20, hub.row_bytes * hub.channel.rows)
+    with pytest.raises(ConfigError, match=match):
+        HubConfig(**change)
+
+
 def test_hub_config_needs_power_of_two_columns():
     with pytest.raises(ConfigError, match="channel.cols must be a power of two"):
         HubConfig(channel=small_config().replace(cols=24))

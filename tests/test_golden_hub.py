@@ -334,3 +334,23 @@ def test_dataset_draws_match_the_published_moments():
         assert abs(x.mean() - d.mean) < 0.01 * d.mean
         assert abs(x.std() - d.std) < 0.02 * d.std
         assert x.min() >= d.min and x.max() <= d.max
+
+
+def test_api_misuse_names_the_argument():
+    """The allocator and the VA2PA lookup refuse what no caller should pass:
+    negative sizes, an unknown request (no bare KeyError), a request id
+    outside the table (a negative one would alias a real entry)."""
+    with pytest.raises(ValueError, match="tokens_per_chunk must be an integer >= 1"):
+        ChunkAllocator(4, 0)
+    alloc = ChunkAllocator(4, 16)
+    with pytest.raises(ValueError, match="tokens must be an integer >= 0, not -1"):
+        alloc.assign(0, -1)
+    with pytest.raises(ValueError, match="request 3 holds no chunks"):
+        alloc.grow(3, 10)
+    with pytest.raises(ValueError, match="request 3 holds no chunks"):
+        alloc.release(3)
+    assert alloc.assign(0, np.int64(20)) == [0, 1]
+    hub = Hub(small_hub_config())
+    for bad in (-1, hub.hub.requests, 1.0):
+        with pytest.raises(ValueError, match="request id must be an integer in"):
+            hub.translate(bad, 0)

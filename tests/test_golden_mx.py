@@ -207,3 +207,12 @@ def test_many_blocks_and_shapes():
         for b in range(4):
             one = quantize(bits[r, 16 * b:16 * b + 16], MX6)
             assert np.array_equal(one.codes[0], t.codes[r, b])
+
+
+@pytest.mark.parametrize("source, bad", [("bf16", 1.0), ("bf16", 1 << 16), ("bf16", -1),
+                                         ("fp32", 1 << 32), ("fp32", 0.5)])
+def test_quantize_refuses_what_is_not_a_bit_pattern_of_its_source(source, bad):
+    """Floats are not bit patterns, and patterns wider than the source
+    format are not masked into range."""
+    with pytest.raises(ValueError, match=f"{source} patterns: bit patterns must be"):
+        quantize(np.array([bad] * 16), MX4, source)

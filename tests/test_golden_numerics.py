@@ -135,3 +135,11 @@ def test_f32_add_canonical_equals_f32_add_on_results():
     normal, subnormal = np.array([0x00800000], np.uint32), np.array([0x00400000], np.uint32)
     assert nm.f32_add(normal, subnormal) == normal  # the subnormal operand reads as zero
     assert nm.f32_add_canonical(normal, subnormal) == 0x00C00000
+
+
+@pytest.mark.parametrize("bad", [[1.5], [-1], [1 << 32], [True], [1 << 70]])
+def test_bit_patterns_out_of_their_width_are_refused_not_wrapped(bad):
+    """f32_to_bf16 takes FP32 bit patterns: a float, a negative or a value
+    wider than 32 bits is an error naming the function, never wrapped."""
+    with pytest.raises(ValueError, match="f32_to_bf16: bit patterns must be"):
+        nm.f32_to_bf16(bad)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from golden.config import HubConfig
 from golden.hub.ports import DpaFault, Response
 from golden.isa import FIELDS, REQ_STATUS_FIELDS, Fault, HostOp, HostStatus, ReqState, pack
@@ -82,6 +84,12 @@ class ConfigBuffer:
 
     def translate(self, req: int, va: int) -> tuple[int, int]:
         """(physical row, column) of virtual word address ``va`` of ``req``."""
+        if not isinstance(req, int | np.integer) or isinstance(req, bool) or not 0 <= req < len(
+                self.requests):
+            raise ValueError(f"request id must be an integer in [0, {len(self.requests)}), "
+                             f"not {req!r}")
+        if not isinstance(va, int | np.integer) or isinstance(va, bool):
+            raise ValueError(f"virtual address must be an integer, not {va!r}")
         hub, r = self.hub, self.requests[req]
         cols, rows = hub.channel.cols, hub.chunk_rows
         vchunk = va // (cols * rows)

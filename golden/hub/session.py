@@ -92,6 +92,11 @@ class CapacityError(RuntimeError):
     """No free physical chunk."""
 
 
+def _check_count(name: str, value, lo: int) -> None:
+    if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < lo:
+        raise ValueError(f"{name} must be an integer >= {lo}, not {value!r}")
+
+
 class ChunkAllocator:
     """Physical chunks for requests' KV caches. ``lazy`` (DPA): chunks are
     taken one at a time as a request's tokens outgrow its capacity;
@@ -101,6 +106,10 @@ class ChunkAllocator:
 
     def __init__(self, n_chunks: int, tokens_per_chunk: int, lazy: bool = True,
                  max_tokens: int = 0, order: list[int] | None = None):
+        for name, value, lo in (("n_chunks", n_chunks, 0), ("tokens_per_chunk",
+                                                            tokens_per_chunk, 1),
+                                ("max_tokens", max_tokens, 0)):
+            _check_count(name, value, lo)
         self.tokens_per_chunk, self.lazy, self.max_tokens = tokens_per_chunk, lazy, max_tokens
         self.free: deque[int] = deque(order if order is not None else range(n_chunks))
         self.n_chunks = n_chunks
@@ -109,7 +118,13 @@ class ChunkAllocator:
     def chunks_for(self, tokens: int) -> int:
         return math.ceil(tokens / self.tokens_per_chunk)
 
+    def _owned(self, req: int) -> list[int]:
+        if req not in self.owned:
+            raise ValueError(f"request {req!r} holds no chunks (not assigned)")
+        return self.owned[req]
+
     def assign(self, req: int, tokens: int) -> list[int]:
+        _check_count("tokens", tokens, 0)
         if req in self.owned:
             raise ValueError(f"request {req} is already assigned")
         need = self.chunks_for(tokens if self.lazy else max(tokens, self.max_tokens))
@@ -120,7 +135,8 @@ class ChunkAllocator:
 
     def grow(self, req: int, tokens: int) -> list[int]:
         """New chunks ``req`` needs to hold ``tokens`` tokens (lazy growth)."""
-        have = self.owned[req]
+        _check_count("tokens", tokens, 0)
+        have = self._owned(req)
         need = self.chunks_for(tokens) - len(have)
         if need > len(self.free):
             raise CapacityError(f"request {req} needs {need} more chunks, {len(self.free)} free")
@@ -129,6 +145,7 @@ class ChunkAllocator:
         return new
 
     def release(self, req: int) -> None:
+        self._owned(req)
         self.free.extend(self.owned.pop(req))
 
     @property
