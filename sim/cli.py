@@ -415,10 +415,6 @@ def cmd_dpa_program_size(args) -> int:
 def cmd_dpa_capacity(args) -> int:
     from golden.system.studies import dpa_capacity
 
-    if args.requests < 1:
-        raise ConfigError(f"--requests must be >= 1, not {args.requests}")
-    if args.chunk_bytes < 1:
-        raise ConfigError(f"--chunk-bytes must be >= 1, not {args.chunk_bytes}")
     _emit(dpa_capacity(requests=args.requests, seed=args.seed, chunk_bytes=args.chunk_bytes),
           args.json)
     return 0
@@ -445,8 +441,6 @@ def cmd_sherpa(args) -> int:
     from golden.system.sherpa_study import SEQ_LENS, SPLIT_BYTES, sherpa_study
 
     split = SPLIT_BYTES if args.split_bytes is None else args.split_bytes
-    if split < 1:
-        raise ConfigError(f"--split-bytes must be >= 1, not {split}")
     seq_lens = SEQ_LENS if args.seq_lens is None else _int_list(args.seq_lens, "--seq-lens", 1,
                                                                    1 << 17)
     _emit(sherpa_study(seq_lens=seq_lens, split_bytes=split), args.json)
@@ -457,8 +451,6 @@ def cmd_hetero_training(args) -> int:
     from golden.system.hetero import WORKLOADS, hetero_study
 
     workloads = _name_list(args.workloads, WORKLOADS, "--workloads", "workload")
-    if args.steps < 1:
-        raise ConfigError(f"--steps must be >= 1, not {args.steps}")
     if not 0 <= args.offload_fraction <= 1:
         raise ConfigError(f"--offload-fraction must be in [0, 1], not {args.offload_fraction}")
     _emit(hetero_study(workloads, steps=args.steps, fraction=args.offload_fraction), args.json)

@@ -84,9 +84,14 @@ def play_bits_for(entries: int) -> int:
     return PLAY_SMALL_BITS if entries <= 1 << PLAY_SMALL_BITS else PLAY_ADDR_BITS
 
 
+def _largest(loads: list[Load]) -> int:
+    """The most commands or beats any of ``loads`` holds."""
+    return max(max(len(ld.commands), len(ld.wdata)) for ld in loads)
+
+
 def play_bits(loads: list[Load]) -> int:
     """``play_bits_for`` the largest of ``loads``."""
-    return play_bits_for(max(max(len(ld.commands), len(ld.wdata)) for ld in loads))
+    return play_bits_for(_largest(loads))
 
 
 def build(sim: str, config: ChannelConfig | AluConfig | HubConfig, jobs: int = 2,
@@ -231,7 +236,7 @@ def run(sim: str, config: ChannelConfig | AluConfig, loads: list[Load], run_dir:
     if not loads:
         raise ValueError("no loads to play")
     bits = bits or play_bits(loads)
-    if max(max(len(ld.commands), len(ld.wdata)) for ld in loads) > 1 << bits:
+    if _largest(loads) > 1 << bits:
         raise ValueError(f"a load does not fit the player's 2**{bits} entries")
     exe = build(sim, config, play_bits=bits).path
     run_dir = _fresh(run_dir)

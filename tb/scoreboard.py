@@ -138,8 +138,6 @@ def record_capacity(bits: int = PLAY_ADDR_BITS) -> dict[str, int]:
     return {"cmd": 1 << bits, "wdata": 1 << bits, "rdata": 1 << bits, "trace": 4 << bits}
 
 
-RECORD_CAPACITY = record_capacity()
-
 
 def _hex_words(path: Path) -> list[int]:
     """The values of a $writememh file (Icarus adds // address comments)."""

@@ -40,13 +40,18 @@ def check(cfg, words, wdata, **kw):
     return got, ref
 
 
+def check_random(cfg, seed: int, n: int):
+    """``n`` random operations with idle cycles and read stalls, checked."""
+    rng = np.random.default_rng(seed)
+    words, beats = random_program(rng, n, cfg)
+    idle = set(rng.integers(0, 3000, n).tolist())
+    stall = set(rng.integers(0, 3000, 2 * n).tolist())
+    return check(cfg, words, beats, idle=idle, stall=stall)
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 def test_random_programs_match_golden(seed):
-    rng = np.random.default_rng(seed)
-    words, beats = random_program(rng, 300, CFG)
-    idle = set(rng.integers(0, 3000, 300).tolist())
-    stall = set(rng.integers(0, 3000, 600).tolist())
-    check(CFG, words, beats, idle=idle, stall=stall)
+    check_random(CFG, seed, 300)
 
 
 #: Every device rule the ALU channel meets (test values, short so that a
@@ -60,11 +65,7 @@ DEVICE = AluConfig(pairs=2, rows=4, cols=4, bank_groups=2, cmd_depth=2, wdata_de
 
 @pytest.mark.parametrize("seed", [3, 4])
 def test_device_rules_and_refresh_match_golden(seed):
-    rng = np.random.default_rng(seed)
-    words, beats = random_program(rng, 200, DEVICE)
-    idle = set(rng.integers(0, 3000, 200).tolist())
-    stall = set(rng.integers(0, 3000, 400).tolist())
-    got, ref = check(DEVICE, words, beats, idle=idle, stall=stall)
+    got, ref = check_random(DEVICE, seed, 200)
     refs = [t.cycle for t in ref.trace if t.opcode == Opcode.REF]
     assert len(refs) >= 3 and all(b - a >= DEVICE.timing.t_refi - 60
                                   for a, b in zip(refs, refs[1:], strict=False))
