@@ -70,7 +70,7 @@ from golden.channel import (
     TraceEntry,
     issue_refresh,
 )
-from golden.config import ChannelConfig, Timing, load_profile
+from golden.config import ChannelConfig, ConfigError, Timing, check_int, load_profile
 from golden.isa import (
     ALU_FUNCTIONS,
     ALU_REGS,
@@ -109,18 +109,20 @@ class AluConfig:
     rdata_depth: int = 4  # read-data credits
 
     def __post_init__(self):
-        for name, lo in (("pairs", 1), ("rows", 2), ("cols", 1), ("cmd_depth", 1),
-                         ("wdata_depth", 1), ("rdata_depth", 1)):
-            if getattr(self, name) < lo:
-                raise ValueError(f"{name} must be >= {lo}")
-        if 2 * self.pairs > 1 << FIELDS["bank"].width:
-            raise ValueError(f"pairs={self.pairs}: more banks than the bank field addresses")
+        banks_max = 1 << FIELDS["bank"].width
+        for name, lo, hi in (("pairs", 1, banks_max // 2), ("rows", 2, 1 << FIELDS["row"].width),
+                             ("cols", 1, 1 << FIELDS["col"].width), ("cmd_depth", 1, 1024),
+                             ("wdata_depth", 1, 1024), ("rdata_depth", 1, 1024),
+                             ("bank_groups", 1, banks_max)):
+            check_int(name, getattr(self, name), lo, hi)
+        if not isinstance(self.timing, Timing):
+            raise ConfigError(f"timing must be a Timing, not {self.timing!r}")
         if self.timing.t_ccd < 2:
             raise ValueError("t_ccd must be >= 2: a LD's register write lands the cycle "
                              "after its issue, before the next column command")
         if self.timing.t_modch:
             raise ValueError("the ALU channel has no mode switching (t_modch must be 0)")
-        if self.bank_groups < 1 or self.banks % self.bank_groups:
+        if self.banks % self.bank_groups:
             raise ValueError(f"bank_groups={self.bank_groups} does not divide {self.banks} banks")
         # the channel's checks of the timing (ranges, refresh interval)
         ChannelConfig(banks=self.banks, rows=self.rows, cols=self.cols, timing=self.timing)
@@ -144,12 +146,12 @@ class AluError(CommandError):
     """A command the ALU channel rejects (strict mode)."""
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=4096, typed=True)
 def _decode(word: int) -> dict:
     return unpack_alu(word)
 
 
-@lru_cache(maxsize=65536)
+@lru_cache(maxsize=65536, typed=True)  # typed: 1.0 must not hit 1's entry
 def _encode_fields(opcode, fn, dst, src, src2, use_imm, imm, bank, row, col) -> int:
     return pack_alu(opcode=opcode, alu_fn=fn, dst_reg=dst, src_reg=src, src2_reg=src2,
                     use_imm=use_imm, imm=imm, bank=bank, row=row, col=col)
@@ -157,8 +159,9 @@ def _encode_fields(opcode, fn, dst, src, src2, use_imm, imm, bank, row, col) -> 
 
 def alu(opcode: Opcode, fn, *, dst_reg=0, src_reg=0, src2_reg=0, use_imm=0, imm=0, bank=0,
         row=0, col=0) -> int:
-    """One ALU command word (``golden.isa.pack_alu``)."""
-    return _encode_fields(int(opcode), int(fn), dst_reg, src_reg, src2_reg, use_imm, imm, bank,
+    """One ALU command word (``golden.isa.pack_alu``; a field that is not
+    an integer of its width raises EncodingError naming it)."""
+    return _encode_fields(opcode, fn, dst_reg, src_reg, src2_reg, use_imm, imm, bank,
                           row, col)
 
 

@@ -244,7 +244,7 @@ class ChannelModel:
         accepted command i / write beat k (default: all at cycle 0, i.e.
         always available). ``rdata_pops[j]`` is the cycle read beat j was
         popped (default: as soon as possible)."""
-        cmds = [Command.unpack(c) if isinstance(c, int) else c for c in commands]
+        cmds = [c if isinstance(c, Command) else Command.unpack(c) for c in commands]
         streams = Streams(self.config, cmds, list(wdata), cmd_arrivals, wdata_arrivals,
                           rdata_pops)
         if self.config.policy in ("static", "pingpong"):

@@ -21,6 +21,13 @@ class ConfigError(ValueError):
     message names the key and the value."""
 
 
+def check_int(key: str, value, lo: int, hi: int, note: str = "") -> None:
+    """``value`` must be an int (not a bool) in [lo, hi]; ConfigError naming
+    ``key`` (and ``note``, what the value means) otherwise."""
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise ConfigError(f"{key} must be an integer in [{lo}, {hi}]{note}, not {value!r}")
+
+
 #: Controller policies (DESIGN.md §2.2): static in-order with fixed gaps,
 #: ping-pong buffering, Dynamic Command Scheduling.
 POLICIES = ("static", "pingpong", "dcs")
@@ -135,17 +142,15 @@ class ChannelConfig:
             "bank_groups": (1, 16),
         }
         for key, (lo, hi) in limits.items():
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-                raise ConfigError(f"{key} must be an integer in [{lo}, {hi}], not {value!r}")
+            check_int(key, getattr(self, key), lo, hi)
+        if not isinstance(self.timing, Timing):
+            raise ConfigError(f"timing must be a Timing, not {self.timing!r}")
         if self.banks % self.bank_groups:
             raise ConfigError(f"bank_groups={self.bank_groups} does not divide {self.banks} banks")
         if not isinstance(self.dual_path, bool):
             raise ConfigError(f"dual_path must be true or false, not {self.dual_path!r}")
-        if (not isinstance(self.slice_rows, int) or isinstance(self.slice_rows, bool)
-                or not 0 <= self.slice_rows < self.rows):
-            raise ConfigError(f"slice_rows must be an integer in [0, {self.rows - 1}] (rows of "
-                              f"the first partition; 0: no slicing), not {self.slice_rows!r}")
+        check_int("slice_rows", self.slice_rows, 0, self.rows - 1,
+                  " (rows of the first partition; 0: no slicing)")
         if self.slice_rows and not self.dual_path:
             raise ConfigError(f"slice_rows={self.slice_rows} needs dual_path banks "
                               f"(dual_path=true)")
@@ -157,11 +162,7 @@ class ChannelConfig:
                               f"(two halves), not {self.gbuf_entries} and {self.obuf_entries}")
         for key in (f.name for f in dataclasses.fields(Timing)):
             value = getattr(self.timing, key)
-            lo = 0 if key in OPTIONAL_TIMING else 1
-            if (not isinstance(value, int) or isinstance(value, bool)
-                    or not lo <= value <= MAX_TIMING):
-                raise ConfigError(f"timing.{key} must be an integer in [{lo}, {MAX_TIMING}], "
-                                  f"not {value!r}")
+            check_int(f"timing.{key}", value, 0 if key in OPTIONAL_TIMING else 1, MAX_TIMING)
         t = self.timing
         if (t.t_refi == 0) != (t.t_rfc == 0):
             raise ConfigError(f"timing.t_refi and timing.t_rfc go together (refresh on: both > 0, "
@@ -336,8 +337,7 @@ class HubConfig:
             value = getattr(self, key)
             if key == "chunk_bytes" and value is None:  # the default, resolved below
                 continue
-            if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-                raise ConfigError(f"{key} must be an integer in [{lo}, {hi}], not {value!r}")
+            check_int(key, value, lo, hi)
         if self.chunk_bytes is None:
             fit = self.row_bytes << (self.channel.rows.bit_length() - 1)
             object.__setattr__(self, "chunk_bytes", min(1 << 20, fit))

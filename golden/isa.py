@@ -19,6 +19,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class Field:
@@ -339,24 +341,63 @@ class EncodingError(ValueError):
     pass
 
 
+def field_value(name: str, value, what: str = "field") -> int:
+    """``value`` as the integer of field ``name``: an int (or an IntEnum or
+    a numpy integer) in [0, 2**width). A float, a bool, a string or a value
+    that does not fit raises EncodingError naming the field; nothing is
+    truncated, wrapped or aliased."""
+    if type(value) is not int:
+        if isinstance(value, np.integer):
+            value = int(value)
+        elif not isinstance(value, int) or isinstance(value, bool):
+            raise EncodingError(f"{what} {name} must be an integer, not {value!r}")
+    width = FIELDS[name].width
+    if not 0 <= value < (1 << width):
+        top = 1 << width if width <= 32 else f"2**{width}"
+        raise EncodingError(f"{what} {name}={_show(value)} does not fit its {width}-bit field "
+                            f"[0, {top})")
+    return int(value)
+
+
+def _show(value: int) -> str:
+    """An integer for a message: in full when short, else its sign and size."""
+    text = str(value)
+    if len(text) <= 24:
+        return text
+    return f"{'-' if value < 0 else ''}<{abs(value).bit_length()}-bit integer>"
+
+
 def pack(fields: tuple[str, ...], values: dict[str, int]) -> int:
     """Pack ``values`` into a word laid out as ``fields`` (LSB first).
-    Missing fields are zero; a value that does not fit raises, naming it."""
+    Missing fields are zero; a value that is not an integer or does not
+    fit raises (``field_value``), naming it."""
     unknown = set(values) - set(fields)
     if unknown:
         raise EncodingError(f"field(s) {sorted(unknown)} not in format {fields}")
     word, shift = 0, 0
     for name in fields:
-        width = FIELDS[name].width
-        value = int(values.get(name, 0))
-        if not 0 <= value < (1 << width):
-            raise EncodingError(f"field {name}={value} does not fit in {width} bits")
-        word |= value << shift
-        shift += width
+        if name in values:
+            word |= field_value(name, values[name]) << shift
+        shift += FIELDS[name].width
     return word
 
 
+def as_word(word, bits: int, what: str = "word") -> int:
+    """``word`` as an int in [0, 2**bits) (EncodingError naming ``what``
+    otherwise)."""
+    if type(word) is not int:
+        if isinstance(word, np.integer):
+            word = int(word)
+        elif not isinstance(word, int) or isinstance(word, bool):
+            raise EncodingError(f"{what}: a {bits}-bit word must be an integer, not {word!r}")
+    if not 0 <= word < (1 << bits):
+        raise EncodingError(f"{what} {_show(word)} does not fit {bits} bits")
+    return int(word)
+
+
 def unpack(fields: tuple[str, ...], word: int) -> dict[str, int]:
+    """The fields of ``word``, an integer in [0, 2**width of ``fields``)."""
+    word = as_word(word, word_width(fields))
     out, shift = {}, 0
     for name in fields:
         width = FIELDS[name].width
@@ -392,6 +433,9 @@ def pack_instruction(opcode: Opcode, **values: int) -> int:
 
 
 def unpack_instruction(word: int) -> tuple[Opcode, dict[str, int]]:
+    """Opcode and fields of a 128-bit instruction word; bits above the
+    opcode's fields are not decoded (as in the HUB's decoder)."""
+    word = as_word(word, INSTR_BITS, "instruction word")
     raw = word & ((1 << FIELDS["opcode"].width) - 1)
     try:
         opcode = Opcode(raw)
@@ -400,7 +444,8 @@ def unpack_instruction(word: int) -> tuple[Opcode, dict[str, int]]:
     info = ISA[opcode]
     if info.level is Level.INTERNAL:
         raise EncodingError(f"opcode={raw} ({opcode.name}) is controller-internal")
-    fields = unpack(("opcode", *info.fields), word)
+    fields = ("opcode", *info.fields)
+    fields = unpack(fields, word & ((1 << word_width(fields)) - 1))
     del fields["opcode"]
     return opcode, fields
 

@@ -17,8 +17,11 @@ from golden.config import ChannelConfig
 from golden.isa import (
     COMMAND_FIELDS,
     FIELDS,
+    WORD_BITS,
     ErrorCode,
     Opcode,
+    as_word,
+    field_value,
     pack_command,
     unpack_command,
 )
@@ -37,7 +40,7 @@ class CommandError(ValueError):
 
 
 #: Each command field's exclusive upper bound, from the encoding table.
-_FIELD_LIMITS = tuple((name, 1 << FIELDS[name].width) for name in COMMAND_FIELDS)
+_FIELD_LIMITS = {name: 1 << FIELDS[name].width for name in COMMAND_FIELDS}
 
 
 @dataclass(frozen=True)
@@ -56,17 +59,10 @@ class Command:
     out_idx: int = 0
 
     def __post_init__(self):
-        for name, limit in _FIELD_LIMITS:
+        for name in COMMAND_FIELDS:
             v = getattr(self, name)
-            if type(v) is not int:  # an IntEnum (the opcode) or a numpy integer passes
-                if isinstance(v, np.integer):
-                    v = int(v)
-                    object.__setattr__(self, name, v)
-                elif not isinstance(v, int) or isinstance(v, bool):
-                    raise ValueError(f"command field {name} must be an integer, not {v!r}")
-            if not 0 <= v < limit:
-                raise ValueError(f"command field {name}={v} does not fit its "
-                                 f"{limit.bit_length() - 1}-bit field [0, {limit})")
+            if type(v) is not int or not 0 <= v < _FIELD_LIMITS[name]:
+                object.__setattr__(self, name, field_value(name, v, "command field"))
 
     def pack(self) -> int:
         return pack_command(**dataclasses.asdict(self))
@@ -146,6 +142,23 @@ class RunResult:
 
 
 
+def cycles(name: str, values, n: int | None = None) -> list[int]:
+    """A stream's cycles (arrivals, pops): non-negative integers in order,
+    ``n`` of them if given (all 0, always available, when ``values`` is
+    None). ValueError naming ``name`` otherwise."""
+    if values is None:
+        return [0] * (n or 0)
+    a = np.asarray(values)
+    if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
+        raise ValueError(f"{name} must be a list of integer cycles, not {a.dtype} {a.shape}")
+    if n is not None and a.size != n:
+        raise ValueError(f"{name} has {a.size} cycles for {n} beats or commands")
+    if a.size and (a[0] < 0 or (a.size > 1 and (np.diff(a) < 0).any())):
+        raise ValueError(f"{name} must be non-negative and in order (a stream's beats "
+                         f"arrive and leave in order)")
+    return a.tolist()
+
+
 class Streams:
     """The channel's stream interfaces as the controller sees them: command
     and write-beat arrival cycles, read credits, and what comes out."""
@@ -153,13 +166,11 @@ class Streams:
     def __init__(self, config: ChannelConfig, commands: list[Command], wdata: list[int],
                  cmd_arrivals, wdata_arrivals, rdata_pops):
         n = len(commands)
-        self.config, self.commands, self.wdata = config, commands, wdata
-        self.cmd_arrivals = list(cmd_arrivals) if cmd_arrivals is not None else [0] * n
-        self.wdata_arrivals = (list(wdata_arrivals) if wdata_arrivals is not None
-                               else [0] * len(wdata))
-        if len(self.cmd_arrivals) != n or len(self.wdata_arrivals) != len(wdata):
-            raise ValueError("arrival lists must match the command and write-data lists")
-        self.rdata_pops = rdata_pops
+        self.config, self.commands = config, commands
+        self.wdata = [as_word(w, WORD_BITS, f"write-data beat {k}") for k, w in enumerate(wdata)]
+        self.cmd_arrivals = cycles("cmd_arrivals", cmd_arrivals, n)
+        self.wdata_arrivals = cycles("wdata_arrivals", wdata_arrivals, len(wdata))
+        self.rdata_pops = None if rdata_pops is None else cycles("rdata_pops", rdata_pops)
         self.wbeat = 0
         self.read_issue: list[int] = []
         self.trace: list[TraceEntry] = []

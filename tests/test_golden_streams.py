@@ -59,9 +59,23 @@ def test_sticky_status_keeps_the_first_error_and_saturates():
     assert len(s.errors) == ERR_COUNT_MAX + 7
 
 
-def test_arrival_lists_must_match():
-    with pytest.raises(ValueError, match="arrival lists must match"):
+def test_stream_cycles_and_beats_are_checked():
+    """Arrival and pop cycles: one per command or beat, integers, from 0,
+    in order; write beats: 256-bit words (a negative one would alias)."""
+    with pytest.raises(ValueError, match="cmd_arrivals has 2 cycles for 1"):
         Streams(CFG, [wr_inp(0)], [], [0, 1], None, None)
+    with pytest.raises(ValueError, match="wdata_arrivals must be non-negative and in order"):
+        Streams(CFG, [wr_inp(0), wr_inp(1)], [1, 2], None, [3, 2], None)
+    with pytest.raises(ValueError, match="cmd_arrivals must be non-negative"):
+        Streams(CFG, [wr_inp(0)], [1], [-1], None, None)
+    with pytest.raises(ValueError, match="rdata_pops must be a list of integer cycles"):
+        Streams(CFG, [wr_inp(0)], [1], None, None, [1.5])
+    with pytest.raises(ValueError, match="write-data beat 1 -1 does not fit 256 bits"):
+        Streams(CFG, [wr_inp(0)], [1, -1], None, None, None)
+    with pytest.raises(ValueError, match="write-data beat 0: a 256-bit word must be an integer"):
+        Streams(CFG, [wr_inp(0)], [1.0], None, None, None)
+    s = Streams(CFG, [wr_inp(0)], [np.uint64(7)], [4], [5], [])
+    assert (s.wdata, s.cmd_arrivals, s.wdata_arrivals) == ([7], [4], [5])
 
 
 def test_builders_make_the_commands_they_name():

@@ -17,7 +17,17 @@ from golden.hub.decoder import Decoder
 from golden.hub.ibuf import InstructionBuffer
 from golden.hub.multicast import Emission, deliver
 from golden.hub.ports import READS, STEP_MASK_BITS, DpaFault, Response
-from golden.isa import COMMAND_BITS, LANES, ErrorCode, Fault, HostOp, HostStatus, ReqState
+from golden.isa import (
+    COMMAND_BITS,
+    HOST_FIELDS,
+    LANES,
+    ErrorCode,
+    Fault,
+    HostOp,
+    HostStatus,
+    ReqState,
+    field_value,
+)
 from golden.streams import Command
 
 
@@ -66,7 +76,13 @@ class Hub:
     def host(self, op: int, req_id: int = 0, arg_a: int = 0, arg_b: int = 0,
              data: int = 0, accept: Callable[[int, int], int] | None = None,
              cycle: int = 0) -> Response:
-        """One host operation (``golden.isa.HostOp``)."""
+        """One host operation (``golden.isa.HostOp``). Each argument must be
+        an integer that fits its field of the host port (``HOST_FIELDS``;
+        EncodingError naming it otherwise); an undefined operation within
+        the field is the HUB's BAD_OP."""
+        op, req_id, arg_a, arg_b, data = (
+            field_value(name, v, "host port field") for name, v in
+            zip(HOST_FIELDS, (op, req_id, arg_a, arg_b, data), strict=True))
         try:
             op = HostOp(op)
         except ValueError:
