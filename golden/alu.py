@@ -151,18 +151,23 @@ def _decode(word: int) -> dict:
     return unpack_alu(word)
 
 
-@lru_cache(maxsize=65536, typed=True)  # typed: 1.0 must not hit 1's entry
-def _encode_fields(opcode, fn, dst, src, src2, use_imm, imm, bank, row, col) -> int:
+def _encode(opcode, fn, dst, src, src2, use_imm, imm, bank, row, col) -> int:
     return pack_alu(opcode=opcode, alu_fn=fn, dst_reg=dst, src_reg=src, src2_reg=src2,
                     use_imm=use_imm, imm=imm, bank=bank, row=row, col=col)
+
+
+_encode_cached = lru_cache(maxsize=65536, typed=True)(_encode)  # typed: 1.0 is not 1
 
 
 def alu(opcode: Opcode, fn, *, dst_reg=0, src_reg=0, src2_reg=0, use_imm=0, imm=0, bank=0,
         row=0, col=0) -> int:
     """One ALU command word (``golden.isa.pack_alu``; a field that is not
     an integer of its width raises EncodingError naming it)."""
-    return _encode_fields(opcode, fn, dst_reg, src_reg, src2_reg, use_imm, imm, bank,
-                          row, col)
+    args = (opcode, fn, dst_reg, src_reg, src2_reg, use_imm, imm, bank, row, col)
+    try:
+        return _encode_cached(*args)
+    except TypeError:  # an unhashable value: pack_alu names the field
+        return _encode(*args)
 
 
 def host_rd(bank: int, row: int, col: int) -> int:

@@ -83,11 +83,15 @@ class MxTensor:
 def quantize(bits, fmt: MxFormat, source: str = "bf16") -> MxTensor:
     """Quantize blocks of 16 along the last axis of ``bits`` (uint16 BF16 or
     uint32 FP32 patterns; the last axis a multiple of 16)."""
-    if source not in SOURCES:
+    if not isinstance(fmt, MxFormat):
+        raise ValueError(f"format must be one of {', '.join(FORMATS)} (an MxFormat), "
+                         f"not {fmt!r}")
+    if not isinstance(source, str) or source not in SOURCES:
         raise ValueError(f"source must be one of {list(SOURCES)}, not {source!r}")
     b = np.asarray(bits)
-    if b.shape[-1] % BLOCK:
-        raise ValueError(f"the last axis ({b.shape[-1]}) must be a multiple of {BLOCK}")
+    if b.ndim == 0 or b.shape[-1] % BLOCK:
+        raise ValueError(f"the last axis ({b.shape[-1] if b.ndim else 'none: a scalar'}) "
+                         f"must be a multiple of {BLOCK}")
     sign, exp, mag = fields(b.reshape(-1, BLOCK), source)
     w = SOURCES[source][2] + 1
     special = (exp == 0xFF).any(axis=1)
