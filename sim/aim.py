@@ -20,6 +20,7 @@ outside the project and is never needed by the tests.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import tempfile
@@ -101,21 +102,38 @@ MemorySystem:
 """
 
 
-def run_aim(binary: Path, cfg: ChannelConfig, commands: list[Command],
-            workdir: Path | None = None) -> dict:
-    """Run the AiM simulator on ``commands``: memory-system cycles and the
-    channel's command counts."""
+#: The longest one kernel's AiM simulator run may take.
+RUN_TIMEOUT_S = 3600
+
+
+def check_binary(binary: str | Path) -> Path:
+    """``binary`` is an executable file (ValueError naming --aim-sim)."""
     binary = Path(binary)
     if not binary.is_file():
         raise ValueError(f"--aim-sim {binary}: no such file (build the AiM simulator, "
                          f"docs/timing.md)")
+    if not os.access(binary, os.X_OK):
+        raise ValueError(f"--aim-sim {binary}: not executable")
+    return binary
+
+
+def run_aim(binary: Path, cfg: ChannelConfig, commands: list[Command],
+            workdir: Path | None = None) -> dict:
+    """Run the AiM simulator on ``commands``: memory-system cycles and the
+    channel's command counts."""
+    binary = check_binary(binary)
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         trace = Path(tmp) / "stream.trace"
         trace.write_text("\n".join(trace_lines(commands)) + "\n")
         conf = Path(tmp) / "aim.yaml"
         conf.write_text(aim_config(cfg, trace))
-        out = subprocess.run([str(binary), "-f", str(conf)], capture_output=True, text=True,
-                             check=False, timeout=3600)
+        try:
+            out = subprocess.run([str(binary), "-f", str(conf)], capture_output=True,
+                                 text=True, check=False, timeout=RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise ValueError(f"--aim-sim {binary}: no result within {RUN_TIMEOUT_S} s") from None
+        except OSError as e:
+            raise ValueError(f"--aim-sim {binary}: cannot run it ({e.strerror or e})") from None
     if out.returncode:
         raise ValueError(f"AiM simulator failed ({out.returncode}): {out.stderr.strip()[-300:]}")
     cycles = re.search(r"memory_system_cycles: (\d+)", out.stdout)
@@ -151,12 +169,17 @@ def compare(profile: str, overrides: dict, kernels: list[str], policy: str = "st
 
     from golden.channel import ChannelModel
     from golden.config import load_profile
+    from sim import outputs
 
     cfg = load_profile(profile, **{"obuf_entries": 1, **NO_REFRESH, **overrides})
-    rows = []
+    unknown = [name for name in kernels if name not in KERNELS]
+    if unknown:
+        raise ValueError(f"unknown kernel(s) {', '.join(map(repr, unknown))} "
+                         f"(known: {', '.join(KERNELS)})")
+    if binary is not None:
+        binary = check_binary(binary)
+    rows, files = [], {}
     for name in kernels:
-        if name not in KERNELS:
-            raise ValueError(f"unknown kernel {name!r} (known: {', '.join(KERNELS)})")
         k = KERNELS[name](cfg)
         start = time.perf_counter()
         r = ChannelModel(cfg.replace(policy=policy)).run(k.commands, k.wdata)
@@ -164,14 +187,20 @@ def compare(profile: str, overrides: dict, kernels: list[str], policy: str = "st
                "mode_switches": r.mode_switches, "golden_wall_s": round(
                    time.perf_counter() - start, 2)}
         if out_dir is not None:
-            out_dir.mkdir(parents=True, exist_ok=True)
             trace = out_dir / f"{name}.trace"
-            trace.write_text("\n".join(trace_lines(k.commands)) + "\n")
-            (out_dir / f"{name}.yaml").write_text(aim_config(cfg, trace.resolve()))
+            files[trace] = "\n".join(trace_lines(k.commands)) + "\n"
+            files[out_dir / f"{name}.yaml"] = aim_config(cfg, trace.resolve())
         if binary is not None:
             aim = run_aim(binary, cfg, k.commands)
             row.update(aim_cycles=aim["cycles"], ratio=round(r.cycles / aim["cycles"], 4),
                        aim_commands=aim["commands"])
         rows.append(row)
+    if out_dir is not None:  # written once every kernel has run, each file atomically
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ValueError(f"--out {out_dir}: {e.strerror or e}") from None
+        for path, text in files.items():
+            outputs.write_text(path, text, "--out")
     return {"profile": profile, "config": cfg.describe(), "policy": policy,
             "refresh": "off on both sides (the AiM simulator issues none)", "rows": rows}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from golden.channel import ChannelModel
 from golden.config import POLICIES, small_config
-from sim import runner
+from sim import outputs, runner
 from tb.stimulus import gemv_problem
 
 GEMV_SHAPE = (256, 512)
@@ -115,7 +115,8 @@ def bench_study(out_dir: Path) -> dict:
     study = dcs_utilization()
     wall = time.perf_counter() - start
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "dcs-utilization.json").write_text(json.dumps(study, indent=2) + "\n")
+    outputs.write_text(out_dir / "dcs-utilization.json", json.dumps(study, indent=2) + "\n",
+                       "bench")
     d128 = [r for r in study["rows"] if " d128 " in r["kernel"]]
     return {"wall_s": round(wall, 1), "rows": len(study["rows"]),
             "file": str(out_dir / "dcs-utilization.json"),
@@ -545,7 +546,9 @@ def bench_system() -> dict:
     return out
 
 
-def bench(out: Path | None, sims: list[str]) -> dict:
+def bench(sims: list[str], study_dir: Path = Path("build")) -> dict:
+    """Every benchmark row; the DCS utilization study's JSON goes in
+    ``study_dir``."""
     report = {
         "benchmark": f"GEMV {GEMV_SHAPE[0]}x{GEMV_SHAPE[1]} on one channel, static controller",
         "config": small_config().describe(),
@@ -553,8 +556,7 @@ def bench(out: Path | None, sims: list[str]) -> dict:
         "golden": bench_golden(),
         "golden_policies": bench_golden_policies(),
         "device_timing": bench_device_timing(),
-        "dcs_utilization_study": bench_study(Path(out).parent if out and str(out) != "-"
-                                             else Path("build")),
+        "dcs_utilization_study": bench_study(study_dir),
         "paths": bench_paths(sims),
         "long_streams": bench_long_streams() if "verilator" in sims else {},
         "player_sizes": bench_player_sizes() if "verilator" in sims else {},
@@ -570,12 +572,4 @@ def bench(out: Path | None, sims: list[str]) -> dict:
     for r in report["rtl"].values():
         if r.get("cycles_per_s"):
             r["over_golden"] = round(r["cycles_per_s"] / report["golden"]["cycles_per_s"], 2)
-    text = json.dumps(report, indent=2)
-    if out is None or str(out) == "-":
-        print(text)
-    else:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text + "\n")
-        print(text)
-        print(f"wrote {out}")
     return report

@@ -179,12 +179,18 @@ def cmd_sim(args) -> int:
     if unknown:
         raise ConfigError(f"--test: unknown test(s) {', '.join(unknown)} "
                           f"(known: {', '.join(sorted(known))})")
+    chosen = []
     for label, config, applicable, player in parts:
         tests = [t for t in (args.test or applicable) if t in applicable]
         played = [] if args.no_player or waves else \
             [t for t in (args.test or player) if t in player]
-        if not tests and not played:
-            continue
+        if tests or played:
+            chosen.append((label, config, tests, played))
+    if not chosen:  # every test named is a player test, and the player is off
+        why = "--waves (the player writes no waveforms)" if waves else "--no-player"
+        raise ConfigError(f"--test {', '.join(args.test or [])}: player test(s), not run "
+                          f"with {why}")
+    for label, config, tests, played in chosen:
         print(f"pimorch sim: {label}: {len(tests)} cocotb test(s) and {len(played)} player "
               f"test(s) under {args.sim}{' with waveforms' if waves else ''}; "
               f"building the models if needed ...", flush=True)
@@ -369,7 +375,12 @@ def cmd_aim_compare(args) -> int:
 def cmd_bench(args) -> int:
     from sim.bench import bench
 
-    report = bench(Path(args.json) if args.json else None, args.sim or list(SIMULATORS))
+    to_file = args.json not in (None, "-")
+    report = bench(args.sim or list(SIMULATORS),
+                   Path(args.json).parent if to_file else Path("build"))
+    if to_file:
+        _emit(report, args.json)  # the file, atomically; the JSON on stdout too
+    _emit(report, None)
     return 0 if all(r["passed"] for r in report["rtl"].values()) else 1
 
 

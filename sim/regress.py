@@ -18,6 +18,9 @@ from sim.generate import BUILD
 from tb import play_tests
 
 SHAPES = ("dense", "sparse", "mixed")
+#: The most segments a run may have (each is a simulator launch and a fresh
+#: golden model): ``--commands`` / ``--segment-size``, rounded up.
+MAX_SEGMENTS = 10_000
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,13 @@ def segments(total: int, size: int, seed: int) -> list[Segment]:
     count = -(-total // size)
     return [Segment(k, min(size, total - k * size), (seed * 100003 + k) % (1 << 31) or 1)
             for k in range(count)]
+
+
+def _run_all(jobs_list: list[tuple], jobs: int):
+    """Each segment's result as it finishes, on ``jobs`` worker processes."""
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(min(jobs, len(jobs_list))) as pool:
+        yield from pool.imap_unordered(_run_segment, jobs_list)
 
 
 def _run_segment(job: tuple) -> dict:
@@ -68,6 +78,11 @@ def regress(commands: int, policy: str = "dcs", shape: str = "sparse", sim: str 
         raise ValueError(f"shape must be one of {', '.join(SHAPES)}, not {shape!r}")
     if jobs < 1 or segment_size < 1:
         raise ValueError("jobs and segment size must be >= 1")
+    count = -(-commands // segment_size)
+    if count > MAX_SEGMENTS:
+        raise ValueError(f"--commands {commands} in segments of {segment_size} is {count} "
+                         f"segments, more than {MAX_SEGMENTS:,}: raise --segment-size to at "
+                         f"least {-(-commands // MAX_SEGMENTS)}")
     seed = play_tests.new_seed() if seed is None else seed
     segs = segments(commands, segment_size, seed)
     if only is not None:
@@ -86,20 +101,18 @@ def regress(commands: int, policy: str = "dcs", shape: str = "sparse", sim: str 
     start = time.perf_counter()
     jobs_list = [(sim, policy, shape, s, str(folder)) for s in segs]
     results = []
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(min(jobs, len(segs))) as pool:
-        for r in pool.imap_unordered(_run_segment, jobs_list):
-            results.append(r)
-            done = sum(x["commands"] for x in results)
-            status = "PASS" if r["passed"] else "FAIL"
-            progress(f"  {status}  segment {r['segment']:>4} seed {r['seed']:>10}: "
-                     f"{r['commands']} cmds {r['cycles']} cycles in {r['wall_s']:.1f} s "
-                     f"(simulator {r['sim_wall_s']:.1f} s, golden {r['check_wall_s']:.1f} s); "
-                     f"{done} commands so far")
-            if not r["passed"]:
-                progress(f"        {r['message']}")
-                progress(f"        replay: pimorch regress --seed {seed} --commands {commands} "
-                         f"--policy {policy} --shape {shape} --segment {r['segment']}")
+    for r in _run_all(jobs_list, jobs):
+        results.append(r)
+        done = sum(x["commands"] for x in results)
+        status = "PASS" if r["passed"] else "FAIL"
+        progress(f"  {status}  segment {r['segment']:>4} seed {r['seed']:>10}: "
+                 f"{r['commands']} cmds {r['cycles']} cycles in {r['wall_s']:.1f} s "
+                 f"(simulator {r['sim_wall_s']:.1f} s, golden {r['check_wall_s']:.1f} s); "
+                 f"{done} commands so far")
+        if not r["passed"]:
+            progress(f"        {r['message']}")
+            progress(f"        replay: pimorch regress --seed {seed} --commands {commands} "
+                     f"--policy {policy} --shape {shape} --segment {r['segment']}")
     wall = time.perf_counter() - start
     results.sort(key=lambda r: r["segment"])
     cycles = sum(r["cycles"] for r in results)

@@ -210,11 +210,32 @@ def test_cli_librapim_json_and_plots(tmp_path, capsys):
     (["sim", "--test", "no_such_test", "--no-hub", "--no-alu"], "unknown test(s) no_such_test"),
     (["regress", "--commands", "0"], "--commands: must be in [1, 100000000], not 0"),
     (["regress", "--commands", "10", "--segment", "3"], "segment(s) [3] not in 0..0"),
+    (["regress", "--commands", "100000000", "--segment-size", "1"],
+     "more than 10,000: raise --segment-size to at least 10000"),
+    (["sim", "--test", "long_dense", "--no-player", "--no-hub", "--no-alu", "--no-dex"],
+     "--test long_dense: player test(s), not run with --no-player"),
+    (["aim-compare", "--aim-sim", "/nonexistent/aim"], "--aim-sim /nonexistent/aim: no such"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0] and err[0].startswith("pimorch: error:")
+
+
+def test_aim_compare_checks_the_simulator_before_running(tmp_path, capsys):
+    """A --aim-sim that is not executable, or that fails, is one line; --out
+    gets nothing unless every kernel ran."""
+    plain, failing = tmp_path / "plain", tmp_path / "failing"
+    plain.write_text("not a program\n")
+    failing.write_text("#!/bin/sh\necho broken >&2\nexit 3\n")
+    failing.chmod(0o755)
+    out = tmp_path / "traces"
+    for binary, needle in ((plain, "not executable"), (failing, "AiM simulator failed (3)")):
+        assert main(["aim-compare", "--aim-sim", str(binary), "--kernels", "gemv-4096",
+                     "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and needle in err[0], err
+        assert not out.exists()
 
 
 def test_cli_dpa_program_disassembles(capsys):

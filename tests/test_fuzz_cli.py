@@ -187,3 +187,127 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
     p.stdout.close()  # the reader leaves after one line
     err = p.stderr.read().decode()
     assert p.wait(timeout=60) == 0 and "Traceback" not in err and "Error" not in err
+
+
+#: The commands that build and run simulators, with their options. The
+#: fuzz runs them with the builds and simulations stubbed (``stubs``): what
+#: it checks is that every argument is validated before any work starts.
+BUILDING = {
+    ("sim",): ["--sim", "--test", "--seed", "--waves", "--policy", "--no-hub", "--no-alu",
+               "--no-dex", "--no-player", "--stream-commands"],
+    ("regress",): ["--commands", "--policy", "--shape", "--sim", "--seed", "--segment",
+                   "--segment-size", "--jobs", "--json"],
+    ("verilog",): ["--config", "--out"],
+    ("aim-compare",): ["--aim-sim", "--profile", "--set", "--policy", "--kernels", "--out",
+                       "--json"],
+    ("bench",): ["--json", "--sim"],
+}
+SWITCHES = {"--waves", "--no-hub", "--no-alu", "--no-dex", "--no-player"}
+NAMES = st.sampled_from(["verilator", "icarus", "modelsim", "static", "dcs", "pingpong",
+                         "dense", "sparse", "mixed", "small", "full16", "gemv", "hub_qkt",
+                         "long_dense", "alu_random", "nope", "gemv-4096", "qkt-d128-16k,x",
+                         "sv-d128-16k", "gddr6-aim", "hbm3-pim"])
+
+
+@st.composite
+def building_argvs(draw, out_dir: Path, aim: dict):
+    command = draw(st.sampled_from(sorted(BUILDING)))
+    argv = list(command)
+    for flag in draw(st.lists(st.sampled_from(BUILDING[command]), max_size=4, unique=True)):
+        if flag in SWITCHES:
+            argv.append(flag)
+        elif flag == "--set":
+            argv += [flag, f"{draw(SET_KEYS)}={draw(VALUES)}"]
+        elif flag == "--json":
+            argv += [flag, draw(st.sampled_from(
+                ["-", str(out_dir / "out.json"), str(out_dir / "missing" / "o.json"),
+                 str(out_dir), ""]))]
+        elif flag == "--out":
+            argv += [flag, draw(st.sampled_from([str(out_dir / "o"), "", "/dev/full/x",
+                                                 str(out_dir / "f.txt" / "x")]))]
+        elif flag == "--aim-sim":
+            argv += [flag, draw(st.sampled_from([*aim.values(), str(out_dir / "none")]))]
+        elif flag in GOOD and draw(st.booleans()):
+            argv += [flag, draw(st.sampled_from(GOOD[flag]))]
+        else:
+            argv += [flag, draw(st.one_of(NAMES, NUMBERS, VALUES))]
+    return argv
+
+
+#: Values each option accepts (half the options get one).
+GOOD = {"--sim": ["verilator", "icarus"], "--test": ["gemv", "hub_qkt", "bad_commands"],
+        "--seed": ["0", "12345"], "--policy": ["static", "dcs", "pingpong"],
+        "--stream-commands": ["1", "5000"], "--commands": ["1", "1000", "100000000"],
+        "--shape": ["dense", "mixed"], "--segment": ["0", "3"],
+        "--segment-size": ["1", "1000", "262144"], "--jobs": ["1", "2"],
+        "--config": ["small", "full16"], "--profile": ["gddr6-aim", "hbm3-pim"],
+        "--kernels": ["gemv-4096", "qkt-d128-16k,sv-d128-16k"]}
+
+
+@pytest.fixture
+def stubs(monkeypatch, tmp_path):
+    """Builds, simulations and Verilog generation replaced by recorders;
+    the AiM comparison's kernels by small ones."""
+    from golden import kernels
+    from sim import aim, fast, generate, regress, runner
+    from tb import play_tests
+
+    calls = []
+    verilog = tmp_path / "top.v"
+    verilog.write_text("module top; endmodule\n")
+    monkeypatch.setattr(runner, "build", lambda *a, **k: calls.append("build"))
+    monkeypatch.setattr(runner, "run", lambda sim, names, **k: (
+        calls.append("run") or [runner.TestResult(names[0], True, 1.0, 0.1)], tmp_path))
+    monkeypatch.setattr(play_tests, "run_test", lambda sim, config, name, run_dir, **k: (
+        calls.append("play") or play_tests.PlayResult(name, True, k.get("seed") or 1, 0.1)))
+    monkeypatch.setattr(generate, "generate", lambda config: calls.append("generate") or verilog)
+    monkeypatch.setattr(fast, "build", lambda *a, **k: calls.append("build"))
+    monkeypatch.setattr(regress, "_run_all", lambda jobs_list, jobs: (
+        calls.append("run") or [{"segment": s.index, "seed": s.seed, "passed": True,
+                                 "message": "", "commands": s.commands, "cycles": 1,
+                                 "wall_s": 0.1, "sim_wall_s": 0.1, "check_wall_s": 0.1}
+                                for _, _, _, s, _ in jobs_list]))
+    monkeypatch.setattr(aim, "KERNELS", {name: (lambda cfg: kernels.fc(cfg, 64, 64))
+                                         for name in aim.KERNELS})
+    import sim.bench
+    monkeypatch.setattr(sim.bench, "bench", lambda sims, study_dir: (
+        calls.append("bench") or {"rtl": {}}))
+    for var in ("SEED", "STREAM_COMMANDS", "SIM", "WAVES"):
+        monkeypatch.delenv(var, raising=False)
+    return calls
+
+
+@pytest.fixture(scope="module")
+def aim_binaries(tmp_path_factory):
+    """An AiM simulator stand-in, one that fails and one not executable."""
+    d = tmp_path_factory.mktemp("aim")
+    good, bad, plain = d / "aim-ok", d / "aim-fails", d / "aim-plain"
+    good.write_text("#!/bin/sh\necho 'memory_system_cycles: 1000'\n")
+    bad.write_text("#!/bin/sh\necho 'no' >&2\nexit 3\n")
+    plain.write_text("not a program\n")
+    good.chmod(0o755)
+    bad.chmod(0o755)
+    return {"ok": str(good), "fails": str(bad), "plain": str(plain)}
+
+
+@settings(max_examples=150, deadline=20_000, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_building_commands_validate_before_any_work(data, out_dir, stubs, aim_binaries):
+    """sim, regress, verilog, aim-compare and bench: a bad argument, value
+    or output path is one line and exit 2 before anything is built or
+    run; otherwise the stubbed work runs and the command exits 0."""
+    argv = data.draw(building_argvs(out_dir, aim_binaries))
+    for p in sorted(out_dir.rglob("*"), reverse=True):
+        p.unlink() if p.is_file() else p.rmdir()
+    (out_dir / "f.txt").write_text("a file, not a folder\n")
+    before = set(out_dir.rglob("*"))
+    stubs.clear()
+    code, out, err = run_cli(argv)
+    event(f"{argv[0]}: exit {code}")
+    if code == 2:
+        assert not stubs, (argv, stubs, err)  # refused before any build or run
+        assert "aim-ok" not in err or "--aim-sim" not in err, err
+    if argv[0] == "aim-compare" and code == 2 and aim_binaries["ok"] in argv:
+        event("aim-compare with a working stand-in refused")
+    check_contract(argv, code, out, err, before, out_dir)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
@@ -320,7 +321,7 @@ def test_scenario_semantic_errors_name_the_key(tmp_path):
     for sets, message in ((["models=LLM-1B"], "models: unknown name 'LLM-1B'"),
                           (["mode=turbo"], "mode must be one of"),
                           (["assumptions.baseline_policy=fifo"], "baseline_policy"),
-                          (["assumptions.link_gbs=0"], "link_gbs must be > 0"),
+                          (["assumptions.link_gbs=0"], r"link_gbs must be in \[0.001,"),
                           (["systems="], "systems: the list is empty")):
         with pytest.raises(ConfigError, match=message):
             pimphony.run("pimphony", sets=sets)
@@ -330,6 +331,44 @@ def test_scenario_semantic_errors_name_the_key(tmp_path):
         scenario.load("pimphony", str(bad))
     with pytest.raises(ConfigError, match="does not exist"):
         scenario.load("pimphony", str(tmp_path / "none.toml"))
+
+
+def test_scenario_ranges_hold_the_defaults_and_refuse_past_each_edge():
+    """Every numeric key of RANGES: the defaults lie inside; a value just
+    past either edge is refused naming the key (in a list, its index), from
+    --set, from a file and from a dict given to a study directly."""
+    checked = set()
+    for study in scenario.SCENARIO_STUDIES:
+        data = scenario.defaults(study)
+        scenario.check_all(data)
+        flat = {**{k: v for k, v in data.items() if not isinstance(v, dict)},
+                **{f"assumptions.{k}": v for k, v in data.get("assumptions", {}).items()}}
+        for key, rng in scenario.RANGES.items():
+            if key not in flat or isinstance(flat[key], list) and (
+                    not flat[key] or isinstance(flat[key][0], str)):
+                continue
+            checked.add(key)
+            is_list, is_int = isinstance(flat[key], list), isinstance(
+                flat[key][0] if isinstance(flat[key], list) else flat[key], int)
+            step = 1 if is_int else 1e-9 * max(1, abs(rng.hi))
+            for bad in (rng.lo - (1 if is_int else abs(rng.lo) * 1e-3 + 1e-12),
+                        rng.hi if rng.open_hi else rng.hi + step):
+                value = f"{bad!r}" if not is_int else str(int(bad))
+                label = f"{key}[0]" if is_list else key
+                with pytest.raises(ConfigError, match=re.escape(f"--set: {label} must be in")):
+                    scenario.load(study, sets=[f"{key}={value}"])
+            good = scenario.load(study, sets=[f"{key}={rng.lo!r}" if not is_int
+                                              else f"{key}={int(rng.lo)}"])
+            assert good is not None
+    assert checked == set(scenario.RANGES)  # every range belongs to some study's key
+
+
+def test_study_functions_check_ranges_of_a_dict_given_directly():
+    data = scenario.load("librapim")
+    data["inputs"] = [1 << 40]
+    with pytest.raises(ConfigError, match=r"scenario: inputs\[0\] must be in \[1, 1,048,576\]"):
+        from golden.system.librapim import librapim
+        librapim(data, sweep.Sweep("serial"))
 
 
 def test_labels_count_refresh_and_mode_switch_windows(monkeypatch):

@@ -361,16 +361,13 @@ def librapim(data: dict, sw, progress: bool | None = None) -> dict:
     from golden.system import sweep
 
     started = time.perf_counter()
+    sc.check_all(data)
     models = [LIBRA_MODELS[n] for n in sc.choose(data, "models", LIBRA_MODELS)]
     systems = sc.choose(data, "systems", SYSTEMS)
     check_mode(data)
-    for key in ("batches", "inputs"):
-        if not data[key] or min(data[key]) < 1:
-            raise ConfigError(f"{key}: needs values >= 1, not {data[key]}")
-    if data["steps"] < 1:
-        raise ConfigError(f"steps must be >= 1, not {data['steps']}")
-    if not 0 <= data["spread"] < 1:
-        raise ConfigError(f"spread must be in [0, 1), not {data['spread']}")
+    for key in ("batches", "inputs"):  # each value's range: scenario.RANGES
+        if not data[key]:
+            raise ConfigError(f"{key}: the list is empty")
     for m in models:
         check_tp(m, data["tp"])
     all_shapes = sorted({s for m in models for s in shapes(m)}, key=Shape.key)

@@ -13,11 +13,12 @@ from __future__ import annotations
 import copy
 import math
 import tomllib
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 
 from golden.config import ConfigError, read_toml
+from golden.isa import FIELDS
 from golden.system.model import Assumptions
 
 SCENARIO_STUDIES = ("pimphony", "pimphony-scaling", "tcp-activation", "librapim")
@@ -35,6 +36,79 @@ def defaults(study: str) -> dict:
 
 #: The longest list a scenario key may hold (batches, lengths, names).
 LIST_MAX = 1024
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric scenario key (or each value of a list) may
+    take: [lo, hi], or [lo, hi) with ``open_hi``; ``unit`` for the message."""
+
+    lo: float
+    hi: float
+    open_hi: bool = False
+    unit: str = ""
+
+    def holds(self, v) -> bool:
+        return self.lo <= v and (v < self.hi if self.open_hi else v <= self.hi)
+
+    def __str__(self) -> str:
+        def num(x) -> str:
+            return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
+        return f"[{num(self.lo)}, {num(self.hi)}{')' if self.open_hi else ']'}" + (
+            f" ({self.unit})" if self.unit else "")
+
+
+#: Every numeric scenario key's range (docs/bad-input.md). The bounds are
+#: past every configuration of the source papers (REFERENCE.md: contexts up
+#: to 1M tokens, batches up to 384, modules up to 1,024 GB) and keep a
+#: study's time and memory bounded: beyond them a figure would be an
+#: extrapolation of the model, not a configuration anyone built.
+RANGES = {
+    "seed": Range(0, (1 << 32) - 1),
+    "requests": Range(1, 1_000_000, unit="requests drawn per dataset"),
+    "steps": Range(1, 1000, unit="generation steps"),
+    "batches": Range(1, 4096, unit="requests per batch"),
+    "inputs": Range(1, 1 << 20, unit="tokens"),
+    "tp": Range(1, 64, unit="devices"),
+    "spread": Range(0, 1, open_hi=True),
+    "contexts": Range(1, 1 << 24, unit="tokens"),
+    "context_capacity_gb": Range(1, 1 << 16, unit="GB"),
+    "capacities_gb": Range(1, 1 << 16, unit="GB"),
+    "capacity_context": Range(1, 1 << 24, unit="tokens"),
+    "variation": Range(0, 1 / 3, open_hi=True, unit="sigma over mean"),
+    "channels": Range(1, 64),
+    "d_head": Range(16, 1024),
+    "group": Range(1, 64, unit="queries per KV head"),
+    "tokens": Range(1, 1 << 24),
+    "assumptions.xpu_bandwidth_tbs": Range(1e-3, 1e3, unit="TB/s"),
+    "assumptions.link_gbs": Range(1e-3, 1e6, unit="GB/s"),
+    "assumptions.epu_lanes": Range(1, 1 << 16),
+    "assumptions.dcs_obuf_entries": Range(1, 1 << FIELDS["out_idx"].width),
+    "assumptions.chunk_bytes": Range(1, 1 << 40, unit="bytes"),
+}
+
+
+def check_all(data: dict, where: str = "scenario", prefix: str = "") -> None:
+    """Every key of a scenario dict in its range (for callers that build the
+    dict themselves rather than through ``load``)."""
+    for key, value in data.items():
+        if isinstance(value, dict):
+            check_all(value, where, f"{prefix}{key}.")
+        else:
+            check_range(f"{prefix}{key}", value, where)
+
+
+def check_range(name: str, value, where: str) -> None:
+    """A value of key ``name`` in its range (``RANGES``; a list value by
+    value); ConfigError naming the key otherwise."""
+    rng = RANGES.get(name)
+    if rng is None:
+        return
+    items = enumerate(value) if isinstance(value, list) else [(None, value)]
+    for i, v in items:
+        if isinstance(v, int | float) and not isinstance(v, bool) and not rng.holds(v):
+            label = name if i is None else f"{name}[{i}]"
+            raise ConfigError(f"{where}: {label} must be in {rng}, not {v!r}")
 
 
 def _typed(key: str, value, default, where: str):
@@ -82,6 +156,7 @@ def _merge(base: dict, over: dict, where: str, prefix: str = "") -> None:
             _merge(base[key], value, where, f"{name}.")
         else:
             base[key] = _typed(name, value, base[key], where)
+            check_range(name, base[key], where)
 
 
 def parse_set(pair: str, data: dict) -> dict:
@@ -131,9 +206,6 @@ def assumptions(data: dict) -> Assumptions:
     if asm.baseline_policy not in POLICY_BASELINES:
         raise ConfigError(f"assumptions.baseline_policy must be one of "
                           f"{', '.join(POLICY_BASELINES)}, not {asm.baseline_policy!r}")
-    for key in ("xpu_bandwidth_tbs", "link_gbs", "epu_lanes", "dcs_obuf_entries", "chunk_bytes"):
-        if getattr(asm, key) <= 0:
-            raise ConfigError(f"assumptions.{key} must be > 0, not {getattr(asm, key)!r}")
     return asm
 
 
