@@ -48,7 +48,7 @@ from golden.isa import (
 )
 from golden.streams import Command
 
-FUZZ = settings(max_examples=150, deadline=None, derandomize=True,
+FUZZ = settings(max_examples=150, deadline=10_000, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 INSTRUCTIONS = sorted(op for op, info in ISA.items() if info.level is not Level.INTERNAL)
