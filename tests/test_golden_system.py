@@ -21,6 +21,8 @@ from golden.system.model import (
     admit,
     channel_config,
     decode_step,
+    hfp_admit,
+    hfp_channels,
     kernel_shapes,
     kv_allocation,
     parallel_options,
@@ -182,6 +184,69 @@ def test_decode_step_hfp_by_hand():
     assert r["mac_utilization"] == pytest.approx(3 * 0.4 * sum(load) * 1e-9 / (4 * r["step_s"]))
 
 
+def test_hfp_placement_is_request_major_and_fixed_across_micro_batches():
+    """Pairs go to channels in request order, whichever micro-batch a
+    request is in: micro-batch 1 of pp 2 (requests 1 and 3) lands where
+    those requests' KV lives."""
+    assert list(hfp_channels(np.arange(3), 2, 4)) == [0, 1, 2, 3, 0, 1]
+    assert list(hfp_channels(np.array([1, 3]), 2, 4)) == [2, 3, 2, 3]
+    cfg = load_profile()
+    asm = Assumptions(epu_lanes=1 << 30, xpu_bandwidth_tbs=1e9, link_gbs=1e12)
+    lengths = np.array([128, 128, 128, 640])
+    r = decode_step(TINY, XPU, lengths, 1, 2, "hfp", LinearTimer(cfg), 1.0, asm)
+    # a pair of 128 tokens: qkt + sv 1 unit each = 20 cycles, 8 MAC; of 640: 100, 40.
+    # micro-batch 0 = requests 0, 2 -> channels 0, 1, 0, 1: busiest 40 cycles, 16 MAC;
+    # micro-batch 1 = requests 1, 3 -> channels 2, 3, 2, 3: busiest 120 cycles, 48 MAC
+    # (numbered from channel 0 per micro-batch it would be 100 cycles, 40 MAC)
+    assert r["breakdown_s"]["attention_mac"] == pytest.approx((16 + 48) * 1e-9 * 3 / 2)
+    assert r["breakdown_s"]["act_pre"] == pytest.approx((8 + 24) * 1e-9 * 3 / 2)
+
+
+def test_hfp_admits_only_what_fits_in_each_pairs_channel():
+    """A channel holds its share of the KV capacity; a (request, KV head)
+    pair keeps every layer of its stage in one channel. A pair larger than
+    a channel is never admitted, whatever the pooled capacity says."""
+    m = MODELS["LLM-7B-128K"]  # 8 KV heads, 32 layers, window 128K
+    pim = SYSTEMS["PIM-only"]  # 16 GB, 32 channels
+    lengths = np.full(64, 1000)
+    kv_cap = 128 * GB - m.weight_bytes
+    per_channel = kv_cap // (8 * 32)
+    pair = lambda layers: 2 * layers * m.window * m.d_head * 2  # noqa: E731
+    # tp 8, pp 1: one KV head per module, 32 layers: a 2 GB pair in a 0.44 GB channel
+    assert pair(32) > per_channel
+    a = hfp_admit(m, lengths, "static", 128, pim, 8, 1)
+    assert a["batch"] == 0 and a["largest_pair_bytes"] == pair(32)
+    # the pooled rule would admit requests
+    assert admit(m, lengths, "static", 128, 1 << 20)["batch"] > 0
+    # tp 1, pp 8: 8 KV heads per module, 4 layers: 256 MB pairs, one per channel (0.44 GB);
+    # 8 pairs per request over 32 channels: 4 requests fill every channel once
+    assert pair(4) <= per_channel < 2 * pair(4)
+    b = hfp_admit(m, lengths, "static", 128, pim, 1, 8)
+    assert b["batch"] == 4
+    # DPA-length pairs (1,000 tokens, 2 MB): many per channel, up to the channel's room
+    c = hfp_admit(m, lengths, "dpa", 128, pim, 8, 1)
+    assert c["batch"] == 64  # 64 pairs of 2 MB over 32 channels: 4 MB per channel
+    assert c["allocated_bytes"] == 64 * 1000 * m.kv_bytes_per_token
+
+
+def test_hfp_study_points_report_the_channel_limit():
+    """The baseline (HFP) of LLM-7B-128K cannot place a 128K-token pair in a
+    channel at TP 4 or 8: those options admit nothing, and the point says
+    how much the placement admits against pooled capacity."""
+    from golden.system.model import evaluate
+
+    m, system = MODELS["LLM-7B-128K"], SYSTEMS["PIM-only"]
+    cfg = channel_config("gddr6-aim", "static", ASM)
+    lengths = DATASETS["multifieldqa"].sample(256, 0)
+    r = evaluate(m, system, lengths, 128, STEPS["baseline"], LinearTimer(cfg), 0.5, ASM)
+    by = {(o["tp"], o["pp"]): o["batch"] for o in r["options"]}
+    assert by[(8, 1)] == by[(4, 2)] == 0 and by[(1, 8)] > 0
+    assert r["hfp"]["largest_pair_gb"] > r["hfp"]["channel_gb"] or r["batch"] > 0
+    assert r["batch"] <= r["hfp"]["pooled_batch"]
+    tcp = evaluate(m, system, lengths, 128, STEPS["+TCP"], LinearTimer(cfg), 0.5, ASM)
+    assert "hfp" not in tcp and all(o["batch"] == tcp["batch"] for o in tcp["options"])
+
+
 def test_decode_step_tcp_and_pipeline_by_hand():
     cfg = load_profile()
     asm = Assumptions(epu_lanes=4, xpu_bandwidth_tbs=1e9, link_gbs=1e12)
@@ -247,7 +312,9 @@ def test_study_invariants(small_study):
         # DCS speeds the same kernels; DPA admits more requests
         assert by[(system, "+DCS")]["tokens_per_s"] > by[(system, "+TCP")]["tokens_per_s"]
         assert by[(system, "+DPA")]["batch"] > by[(system, "+DCS")]["batch"]
-        assert by[(system, "+DCS")]["batch"] == by[(system, "baseline")]["batch"]
+        # the baseline's HFP placement admits at most what pooled static capacity does
+        base = by[(system, "baseline")]
+        assert base["batch"] <= base["hfp"]["pooled_batch"] == by[(system, "+DCS")]["batch"]
 
 
 def test_exact_mode_equals_fast_mode_on_a_small_point(monkeypatch):

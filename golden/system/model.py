@@ -135,6 +135,48 @@ def admit(model: Model, lengths: np.ndarray, scheme: str, capacity_gb: int, chun
             "live_bytes": live}
 
 
+def hfp_channels(requests: np.ndarray, kvh: int, ch: int) -> np.ndarray:
+    """HFP placement: the channel of each (request, KV head) pair of a
+    module, request-major (``requests`` are the requests' indices in the
+    batch). A pair keeps its channel for every layer of the module's stage
+    and every step: its K and V live there."""
+    idx = np.repeat(np.asarray(requests, dtype=np.int64) * kvh, kvh) + np.tile(
+        np.arange(kvh), len(requests))
+    return idx % ch
+
+
+def hfp_admit(model: Model, lengths: np.ndarray, scheme: str, capacity_gb: int,
+              system: System, tp: int, pp: int, window: int | None = None) -> dict:
+    """Requests admitted in draw order under HFP's placement: each (request,
+    KV head) pair's K and V, for every layer of its stage, in the one channel
+    the pair is mapped to (``hfp_channels``). A channel holds its share of
+    the KV capacity (the weights spread evenly over every channel); a
+    request is admitted while each channel it lands on still has room. A
+    pair larger than a channel can never be admitted."""
+    modules = capacity_gb // system.module_gb
+    ch = system.channels_per_module
+    kvh = model.kv_heads // tp
+    stage_layers = model.layers // pp + (model.layers % pp > 0)  # the fullest stage binds
+    kv_cap = capacity_gb * GB - model.weight_bytes
+    per_channel = kv_cap // (modules * ch) if kv_cap > 0 else 0
+    tokens = np.full(len(lengths), window or model.window) if scheme == "static" else lengths
+    pair = 2 * stage_layers * np.asarray(tokens, dtype=np.int64) * model.d_head * 2
+    load = np.zeros(ch, dtype=np.int64)
+    batch = 0
+    for r in range(len(lengths)):
+        where = hfp_channels(np.array([r]), kvh, ch)
+        trial = load.copy()
+        np.add.at(trial, where, pair[r])
+        if per_channel <= 0 or trial.max() > per_channel:
+            break
+        load, batch = trial, r + 1
+    live = int(lengths[:batch].sum()) * model.kv_bytes_per_token
+    return {"batch": batch, "kv_capacity_bytes": kv_cap, "channel_bytes": int(per_channel),
+            "largest_pair_bytes": int(pair.max()) if len(pair) else 0,
+            "allocated_bytes": int(tokens[:batch].sum()) * model.kv_bytes_per_token,
+            "live_bytes": live}
+
+
 def fc_matrices(model: Model) -> list[tuple[int, int]]:
     """(d_in, d_out) of one decoder layer's FC GEMVs: QKV, O, gate, up, down."""
     d, q = model.d_model, model.heads * model.d_head
@@ -197,7 +239,7 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
                 busy = ch * int(q["cycles"].sum() + s["cycles"].sum())
             else:
                 q, s = timer(qk, qk.units(cfg, lens)), timer(svs, svs.units(cfg, lens))
-                where = np.arange(len(lens)) % ch
+                where = hfp_channels(np.arange(m, len(lengths), pp), kvh, ch)
                 load = {lab: np.bincount(where, q[lab] + s[lab], minlength=ch)
                         for lab in ("cycles", *(lab for _, lab in _ATTENTION))}
                 epu_ch = np.bincount(where, epu, minlength=ch) / asm.epu_lanes
@@ -257,26 +299,38 @@ def t_ck_ns(profile: str) -> float:
 def evaluate(model: Model, system: System, lengths: np.ndarray, capacity_gb: int, step: Step,
              timer: KernelTimer, t_ck: float, asm: Assumptions, window: int | None = None) -> dict:
     """The best (tp, pp) for one point: the batch admitted from ``lengths``
-    under the step's KV scheme, timed over every parallel option."""
+    under the step's KV scheme, timed over every parallel option. Under HFP
+    the batch is admitted per option: each pair's KV lives in its channel
+    (``hfp_admit``)."""
     modules = capacity_gb // system.module_gb
     if modules < 1 or capacity_gb % system.module_gb:
         raise ConfigError(f"capacity {capacity_gb} GB is not a whole number of "
                           f"{system.module_gb} GB {system.name} modules")
-    adm = admit(model, lengths, step.kv, capacity_gb, asm.chunk_bytes, window)
-    batch = lengths[:adm["batch"]]
     options = parallel_options(model, modules)
     if not options:
         raise ConfigError(f"{model.name}: no tp x pp = {modules} modules with tp dividing "
                           f"{model.kv_heads} KV heads")
-    results = [decode_step(model, system, batch, tp, pp, step.partition, timer, t_ck, asm)
-               for tp, pp in options]
-    best = max(results, key=lambda r: (r["tokens_per_s"], -r["tp"]))
-    return {**best, "modules": modules, "weights_fit": adm["kv_capacity_bytes"] > 0,
-            "capacity_utilization": adm["live_bytes"] / adm["kv_capacity_bytes"]
-            if adm["kv_capacity_bytes"] > 0 else 0.0,
-            "allocated_gb": adm["allocated_bytes"] / GB,
-            "options": [{"tp": r["tp"], "pp": r["pp"], "tokens_per_s": r["tokens_per_s"]}
-                        for r in results]}
+    pooled = admit(model, lengths, step.kv, capacity_gb, asm.chunk_bytes, window)
+    results = []
+    for tp, pp in options:
+        # HFP: each pair's KV in its own channel, so the batch depends on the mapping
+        adm = (hfp_admit(model, lengths, step.kv, capacity_gb, system, tp, pp, window)
+               if step.partition == "hfp" else pooled)
+        r = decode_step(model, system, lengths[:adm["batch"]], tp, pp, step.partition, timer,
+                        t_ck, asm)
+        results.append((r, adm))
+    best, adm = max(results, key=lambda ra: (ra[0]["tokens_per_s"], -ra[0]["tp"]))
+    out = {**best, "modules": modules, "weights_fit": adm["kv_capacity_bytes"] > 0,
+           "capacity_utilization": adm["live_bytes"] / adm["kv_capacity_bytes"]
+           if adm["kv_capacity_bytes"] > 0 else 0.0,
+           "allocated_gb": adm["allocated_bytes"] / GB,
+           "options": [{"tp": r["tp"], "pp": r["pp"], "batch": r["batch"],
+                        "tokens_per_s": r["tokens_per_s"]} for r, _ in results]}
+    if step.partition == "hfp":  # what HFP's placement admits against pooled capacity
+        out["hfp"] = {"channel_gb": adm["channel_bytes"] / GB,
+                      "largest_pair_gb": adm["largest_pair_bytes"] / GB,
+                      "pooled_batch": pooled["batch"]}
+    return out
 
 
 def check_mode(data: dict) -> None:

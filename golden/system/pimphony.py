@@ -52,8 +52,10 @@ def _result(r: dict) -> dict:
     out["breakdown_s"] = {k: _r(v) for k, v in r["breakdown_s"].items()}
     out["breakdown_share"] = {k: _r(v / r["step_s"]) if r["step_s"] else 0.0
                               for k, v in r["breakdown_s"].items()}
-    out["options"] = [{"tp": o["tp"], "pp": o["pp"], "tokens_per_s": _r(o["tokens_per_s"])}
-                      for o in r["options"]]
+    out["options"] = [{"tp": o["tp"], "pp": o["pp"], "batch": o["batch"],
+                       "tokens_per_s": _r(o["tokens_per_s"])} for o in r["options"]]
+    if "hfp" in r:
+        out["hfp"] = {k: _r(v) if isinstance(v, float) else v for k, v in r["hfp"].items()}
     return out
 
 
