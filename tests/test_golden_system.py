@@ -25,6 +25,7 @@ from golden.system.model import (
     hfp_channels,
     kernel_shapes,
     kv_allocation,
+    module_channels,
     parallel_options,
 )
 from golden.system.reference import DATASETS, GB, MODELS, SYSTEMS, Model, System
@@ -200,6 +201,42 @@ def test_hfp_placement_is_request_major_and_fixed_across_micro_batches():
     # (numbered from channel 0 per micro-batch it would be 100 cycles, 40 MAC)
     assert r["breakdown_s"]["attention_mac"] == pytest.approx((16 + 48) * 1e-9 * 3 / 2)
     assert r["breakdown_s"]["act_pre"] == pytest.approx((8 + 24) * 1e-9 * 3 / 2)
+
+
+def test_module_channels_match_table_iv_on_gddr6_aim():
+    """A gddr6-aim channel: 16 banks x 32 B per 2 cycles of 0.5 ns = 512 GB/s
+    and 512 MB. PIM-only (16 TB/s, 16 GB over 32 channels) is one profile
+    channel per channel; xPU+PIM (32 TB/s, 32 GB) two."""
+    cfg = load_profile("gddr6-aim")
+    pim = module_channels(SYSTEMS["PIM-only"], cfg, 0.5)
+    xpu = module_channels(SYSTEMS["xPU+PIM"], cfg, 0.5)
+    assert pim.channel_gbs == xpu.channel_gbs == 512.0
+    assert (pim.sub_channels, pim.timed, pim.profile_gb) == (1, 32, 16.0)
+    assert (xpu.sub_channels, xpu.timed, xpu.profile_gb) == (2, 64, 32.0)
+    for mc, system in ((pim, SYSTEMS["PIM-only"]), (xpu, SYSTEMS["xPU+PIM"])):
+        assert mc.internal_tbs == pytest.approx(system.internal_tbs, rel=0.05)
+        assert mc.profile_gb == system.module_gb
+    # a slower profile gets more sub-channels for the same Table IV bandwidth
+    slow = module_channels(SYSTEMS["PIM-only"], load_profile("hbm2-pim"), 1.0)
+    assert slow.sub_channels == 4 and slow.internal_tbs == pytest.approx(16.384)
+
+
+def test_sub_channels_split_a_pair_under_hfp_and_add_channels_under_tcp():
+    """HFP on channels of 2 sub-channels runs each pair's tokens halved on
+    both (and reduces its SV partial sums); TCP sees twice the channels."""
+    cfg = load_profile()
+    asm = Assumptions(epu_lanes=1 << 30, xpu_bandwidth_tbs=1e9, link_gbs=1e12)
+    lengths = np.array([256, 512, 1024])
+    two = decode_step(TINY, XPU, lengths, 1, 1, "hfp", LinearTimer(cfg), 1.0, asm, sub=2)
+    half = decode_step(TINY, XPU, -(-lengths // 2), 1, 1, "hfp", LinearTimer(cfg), 1.0, asm)
+    mac = "attention_mac"
+    assert two["breakdown_s"][mac] == pytest.approx(half["breakdown_s"][mac])
+    assert two["mac_utilization"] == pytest.approx(half["mac_utilization"], rel=1e-6)
+    wide = dataclasses.replace(XPU, channels_per_module=2 * XPU.channels_per_module)
+    t2 = decode_step(TINY, XPU, lengths, 1, 1, "tcp", LinearTimer(cfg), 1.0, asm, sub=2)
+    tw = decode_step(TINY, wide, lengths, 1, 1, "tcp", LinearTimer(cfg), 1.0, asm)
+    assert t2["step_s"] == pytest.approx(tw["step_s"])
+    assert t2["mac_utilization"] == pytest.approx(tw["mac_utilization"])
 
 
 def test_hfp_admits_only_what_fits_in_each_pairs_channel():

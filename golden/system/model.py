@@ -3,8 +3,10 @@
 A system is ``modules = capacity / module_gb`` PIM modules of one kind
 (``golden.system.reference.SYSTEMS``), split into ``pp`` pipeline stages of ``tp``
 tensor-parallel modules. Each module has ``channels_per_module`` PIM
-channels of the device profile. One *decode step* produces one token for
-every request of the batch.
+channels (Table IV); each is modelled as ``sub_channels`` channels of the
+device profile side by side, as many as give the module Table IV's
+internal bandwidth (``module_channels``). One *decode step* produces one
+token for every request of the batch.
 
 **Where the work runs.** Attention (QK^T, softmax, SV) runs on PIM for
 both systems; the FC layers (QKV, O, gate, up, down) run on the xPU's
@@ -15,9 +17,12 @@ matrix's outputs; the outputs are all-gathered over the module link twice
 per layer; a stage hands its activations to the next over the same link.
 
 **Partitioning.** HFP maps (request, KV head) pairs to the module's
-channels round-robin: each channel runs the whole QK^T and SV of its
-pairs, so the attention phase lasts as long as the most loaded channel,
-and channels without a pair sit idle. TCP splits every pair's tokens over
+Table IV channels round-robin in request order (``hfp_channels``); a pair
+keeps its channel, and its K and V, for every layer of its stage, so a
+request is admitted only while every channel it lands on has room
+(``hfp_admit``). Each channel runs the whole QK^T and SV of its pairs
+(split over its sub-channels), so the attention phase lasts as long as
+the most loaded channel, and channels without a pair sit idle. TCP splits every pair's tokens over
 all channels (``ceil(T / channels)`` each, QK^T and SV alike); the SV
 partial sums are reduced once in the HUB. GQA uses the row-reuse mapping
 of :mod:`golden.kernels` (all queries of a group over one open KV row).
@@ -53,6 +58,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from golden.config import ChannelConfig, ConfigError, load_profile, load_profile_data
+from golden.isa import LANES
 from golden.system import sweep
 from golden.system.kernel_timing import MODES, KernelTimer, Shape
 from golden.system.reference import CHUNK_BYTES, GB, Model, System
@@ -135,6 +141,37 @@ def admit(model: Model, lengths: np.ndarray, scheme: str, capacity_gb: int, chun
             "live_bytes": live}
 
 
+@dataclass(frozen=True)
+class ModuleChannels:
+    """A module's PIM channels as the model times them (Table IV against the
+    device profile): each of the module's ``channels`` is ``sub_channels``
+    profile channels side by side, so the module has ``timed`` channels of
+    the profile, ``internal_tbs`` of all-bank MAC bandwidth and
+    ``profile_gb`` of the profile's capacity."""
+
+    channels: int
+    sub_channels: int
+    timed: int
+    channel_gbs: float  # one profile channel's all-bank MAC bandwidth
+    internal_tbs: float
+    profile_gb: float
+
+
+def module_channels(system: System, cfg: ChannelConfig, t_ck_ns: float) -> ModuleChannels:
+    """Sub-channels per Table IV channel: the Table IV internal bandwidth
+    per channel over the profile channel's all-bank MAC bandwidth (banks x
+    32 B every ``mac_ccd`` cycles), rounded, at least 1. On ``gddr6-aim``
+    (512 GB/s, 512 MB a channel) PIM-only's 16 TB/s over 32 channels is one
+    profile channel each; xPU+PIM's 32 TB/s is two, which also gives its
+    32 GB."""
+    per = cfg.banks * LANES * 2 / (cfg.timing.mac_ccd * t_ck_ns)  # bytes per ns = GB/s
+    want = system.internal_tbs * 1000 / system.channels_per_module
+    sub = max(1, round(want / per))
+    timed = system.channels_per_module * sub
+    return ModuleChannels(system.channels_per_module, sub, timed, per, timed * per / 1000,
+                          timed * cfg.banks * cfg.rows * cfg.cols * LANES * 2 / GB)
+
+
 def hfp_channels(requests: np.ndarray, kvh: int, ch: int) -> np.ndarray:
     """HFP placement: the channel of each (request, KV head) pair of a
     module, request-major (``requests`` are the requests' indices in the
@@ -154,7 +191,7 @@ def hfp_admit(model: Model, lengths: np.ndarray, scheme: str, capacity_gb: int,
     request is admitted while each channel it lands on still has room. A
     pair larger than a channel can never be admitted."""
     modules = capacity_gb // system.module_gb
-    ch = system.channels_per_module
+    ch = system.channels_per_module  # Table IV's channels (a pair's sub-channels share it)
     kvh = model.kv_heads // tp
     stage_layers = model.layers // pp + (model.layers % pp > 0)  # the fullest stage binds
     kv_cap = capacity_gb * GB - model.weight_bytes
@@ -210,12 +247,19 @@ _ATTENTION = (("attention_mac", "mac"), ("act_pre", "act_pre"), ("attention_io",
 
 
 def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: int,
-                partition: str, timer: KernelTimer, t_ck_ns: float, asm: Assumptions) -> dict:
-    """One decode step of the batch ``lengths`` on ``tp x pp`` modules."""
+                partition: str, timer: KernelTimer, t_ck_ns: float, asm: Assumptions,
+                sub: int = 1) -> dict:
+    """One decode step of the batch ``lengths`` on ``tp x pp`` modules, each
+    of Table IV's channels made of ``sub`` profile channels
+    (``module_channels``). TCP splits a pair's tokens over every profile
+    channel; HFP places a pair on one Table IV channel and splits its
+    tokens over that channel's ``sub`` profile channels, whose SV partial
+    sums the EPU then reduces."""
     if partition not in PARTITIONS:
         raise ConfigError(f"partition must be one of {', '.join(PARTITIONS)}, not {partition!r}")
     cfg = timer.cfg
-    ch = system.channels_per_module
+    ch_iv = system.channels_per_module
+    ch = ch_iv * sub  # profile channels per module
     tck = t_ck_ns * 1e-9
     kvh = model.kv_heads // tp
     layers = [model.layers // pp + (s < model.layers % pp) for s in range(pp)]
@@ -238,17 +282,19 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
                 mac = ch * int(q["mac"].sum() + s["mac"].sum())
                 busy = ch * int(q["cycles"].sum() + s["cycles"].sum())
             else:
-                q, s = timer(qk, qk.units(cfg, lens)), timer(svs, svs.units(cfg, lens))
-                where = hfp_channels(np.arange(m, len(lengths), pp), kvh, ch)
-                load = {lab: np.bincount(where, q[lab] + s[lab], minlength=ch)
+                tok = -(-lens // sub)  # a pair's tokens over its channel's sub-channels
+                q, s = timer(qk, qk.units(cfg, tok)), timer(svs, svs.units(cfg, tok))
+                epu = epu + (sub - 1) * model.group * model.d_head
+                where = hfp_channels(np.arange(m, len(lengths), pp), kvh, ch_iv)
+                load = {lab: np.bincount(where, q[lab] + s[lab], minlength=ch_iv)
                         for lab in ("cycles", *(lab for _, lab in _ATTENTION))}
-                epu_ch = np.bincount(where, epu, minlength=ch) / asm.epu_lanes
+                epu_ch = np.bincount(where, epu, minlength=ch_iv) / asm.epu_lanes
                 crit = int(np.argmax(load["cycles"] + epu_ch))
                 phase = max(float(load["cycles"][crit] + epu_ch[crit]), float(epu_ch.sum()))
                 for name, lab in _ATTENTION:
                     comp[name] = float(load[lab][crit])
                 comp["reduction"] = phase - float(load["cycles"][crit])
-                mac, busy = int(load["mac"].sum()), int(load["cycles"].sum())
+                mac, busy = sub * int(load["mac"].sum()), sub * int(load["cycles"].sum())
             comp = {k: v * tck for k, v in comp.items()}
         if b:
             for d_in, d_out in fc_matrices(model):
@@ -311,13 +357,14 @@ def evaluate(model: Model, system: System, lengths: np.ndarray, capacity_gb: int
         raise ConfigError(f"{model.name}: no tp x pp = {modules} modules with tp dividing "
                           f"{model.kv_heads} KV heads")
     pooled = admit(model, lengths, step.kv, capacity_gb, asm.chunk_bytes, window)
+    sub = module_channels(system, timer.cfg, t_ck).sub_channels
     results = []
     for tp, pp in options:
         # HFP: each pair's KV in its own channel, so the batch depends on the mapping
         adm = (hfp_admit(model, lengths, step.kv, capacity_gb, system, tp, pp, window)
                if step.partition == "hfp" else pooled)
         r = decode_step(model, system, lengths[:adm["batch"]], tp, pp, step.partition, timer,
-                        t_ck, asm)
+                        t_ck, asm, sub)
         results.append((r, adm))
     best, adm = max(results, key=lambda ra: (ra[0]["tokens_per_s"], -ra[0]["tp"]))
     out = {**best, "modules": modules, "weights_fit": adm["kv_capacity_bytes"] > 0,

@@ -29,6 +29,7 @@ from golden.system.model import (
     check_mode,
     evaluate,
     kernel_shapes,
+    module_channels,
     step_policy,
     t_ck_ns,
 )
@@ -44,6 +45,21 @@ def _common(data: dict) -> tuple[Assumptions, float]:
     check_mode(data)
     asm = sc.assumptions(data)
     return asm, t_ck_ns(data["profile"])
+
+
+def _modules(data: dict, systems: list[str], asm: Assumptions, t_ck: float) -> dict:
+    """Each system's module as modelled: Table IV against the profile."""
+    cfg = channel_config(data["profile"], "static", asm)
+    out = {}
+    for name in systems:
+        system, mc = SYSTEMS[name], module_channels(SYSTEMS[name], cfg, t_ck)
+        out[name] = {"channels": mc.channels, "sub_channels": mc.sub_channels,
+                     "timed_channels": mc.timed, "profile_channel_gbs": _r(mc.channel_gbs),
+                     "internal_tbs": _r(mc.internal_tbs), "table_iv_internal_tbs":
+                     system.internal_tbs, "profile_gb": _r(mc.profile_gb),
+                     "module_gb": system.module_gb, "tflops": system.tflops,
+                     "fc_on": system.fc_on}
+    return out
 
 
 def _result(r: dict) -> dict:
@@ -109,7 +125,8 @@ def pimphony(data: dict, sw: sweep.Sweep, progress: bool | None = None) -> dict:
     for r in rows:
         b = base[(r["model"], r["dataset"], r["system"])]
         r[f"speedup_over_{steps[0]}"] = _r(r["tokens_per_s"] / b) if b else None
-    return {"study": "pimphony", "scenario": data, "kernel_shapes": [s.key() for s in shapes],
+    return {"study": "pimphony", "scenario": data, "modules": _modules(data, systems, asm, t_ck),
+            "kernel_shapes": [s.key() for s in shapes],
             "steps": {s: vars(STEPS[s]) for s in steps}, "components": list(COMPONENTS),
             "rows": rows, "wall_s": round(time.perf_counter() - started, 2)}
 
@@ -158,6 +175,7 @@ def pimphony_scaling(data: dict, sw: sweep.Sweep, progress: bool | None = None) 
     bar = sweep.Progress(len(points), "pimphony-scaling", progress)
     rows = sw.map(_point, points, bar)
     return {"study": "pimphony-scaling", "scenario": data,
+            "modules": _modules(data, systems, asm, t_ck),
             "weights_gb": _r(model.weight_bytes / (1 << 30)),
             "lengths": "normal(context, variation x context) clipped to +-3 sigma; static "
                        "allocation reserves max(window, longest drawn) per request",
