@@ -74,7 +74,8 @@ def plot(result: dict, out_dir: str) -> list[str]:
 
         raise ConfigError(f"--plot {out_dir}: {e.strerror or e}") from None
     return {"pimphony": _plot_pimphony, "pimphony-scaling": _plot_scaling,
-            "tcp-activation": _plot_tcp, "librapim": _plot_librapim}[result["study"]](result, out)
+            "pimphony-gpu": _plot_gpu, "tcp-activation": _plot_tcp,
+            "librapim": _plot_librapim}[result["study"]](result, out)
 
 
 def _plot_pimphony(result: dict, out: Path) -> list[str]:
@@ -121,6 +122,26 @@ def _plot_pimphony(result: dict, out: Path) -> list[str]:
         ax.legend(fontsize=6)
     files.append(_save(plt, fig, out / "pimphony-breakdown.png"))
     return files
+
+
+def _plot_gpu(result: dict, out: Path) -> list[str]:
+    """Tokens/s over the GPU baseline per (model, dataset), one bar per PIM
+    system and step (log scale; 1 = the GPU)."""
+    plt = _pyplot()
+    rows = result["rows"]
+    labels = [f"{r['model']}\n{r['dataset']}" for r in rows]
+    series = list(dict.fromkeys(k for r in rows for k in r["pim"]))
+    fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(rows)), 4))
+    width = 0.8 / max(1, len(series))
+    for i, name in enumerate(series):
+        ax.bar([x + i * width for x in range(len(rows))],
+               [r["pim"][name]["over_gpu"] or 0 for r in rows], width, label=name)
+    ax.axhline(1, color="black", linewidth=0.8)
+    ax.set_yscale("log")
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(rows))], labels, fontsize=7)
+    ax.set_ylabel(f"tokens/s over {result['gpu']['name']} GPUs")
+    ax.legend(fontsize=7)
+    return [_save(plt, fig, out / "pimphony-gpu.png")]
 
 
 def _plot_scaling(result: dict, out: Path) -> list[str]:

@@ -173,6 +173,23 @@ def test_cli_scaling_and_tcp_activation(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["channels"] == 8
 
 
+def test_cli_pimphony_gpu_json_csv_and_plot(tmp_path, capsys):
+    csv_path, plots = tmp_path / "gpu.csv", tmp_path / "plots"
+    assert main(["run", "pimphony-gpu", "--scheduler", "serial", "--set", "models=LLM-7B-32K",
+                 "--set", "datasets=QMSum", "--set", "systems=PIM-only", "--set",
+                 "steps=baseline,+DPA", "--json", "-", "--csv", str(csv_path),
+                 "--plot", str(plots)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    (row,) = data["rows"]
+    assert row["gpu"]["gpus"] == 2 and row["gpu"]["tokens_per_s"] > 0
+    assert set(row["pim"]) == {"PIM-only baseline", "PIM-only +DPA"}
+    ratio = row["pim"]["PIM-only +DPA"]["over_gpu"]
+    assert ratio == pytest.approx(row["pim"]["PIM-only +DPA"]["tokens_per_s"]
+                                  / row["gpu"]["tokens_per_s"], rel=1e-4)
+    assert "gpu.tokens_per_s" in csv_path.read_text().splitlines()[0].split(",")
+    assert (plots / "pimphony-gpu.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_cli_librapim_json_and_plots(tmp_path, capsys):
     assert main(["run", "librapim", "--scheduler", "serial", "--set", "models=Llama3-70B",
                  "--set", "batches=32,384", "--set", "inputs=1024", "--set", "steps=2",

@@ -513,3 +513,45 @@ def test_refresh_runs_on_the_channels_own_clock(monkeypatch):
     assert got["cycles"][0] == pytest.approx(plain["cycles"] * t_refi / (t_refi - r))
     assert got["refresh"][0] > 0 and got["cycles"][0] == pytest.approx(
         sum(got[x][0] for x in LABELS[1:]))
+
+
+# ---- the GPU baseline ------------------------------------------------------------
+
+
+def test_gpu_step_is_the_roofline_by_hand():
+    """FC: the longer of FLOPs and weight bytes; FlashDecoding: every K and
+    V byte of the GPU's KV heads once, at the HBM rate; two all-reduces."""
+    from golden.system.model import gpu_step
+    from golden.system.reference import Gpu
+
+    gpu = Gpu("g", 80, 1000.0, 100.0, 50.0, "test")
+    asm = Assumptions(gpu_bandwidth_efficiency=0.5, gpu_flops_efficiency=0.25)
+    bw, fl = 1000e9 * 0.5, 100e12 * 0.25
+    lengths = np.array([1000, 3000])
+    r = gpu_step(TINY, gpu, lengths, 2, 1, asm)
+    mats = [(256, 768), (256, 256), (256, 512), (256, 512), (512, 256)]
+    fc = sum(max(2 * 2 * i * o / 2 / fl, 2 * i * o / 2 / bw) for i, o in mats)
+    att = 4000 * 1 * 2 * 128 * 2 / bw  # one KV head per GPU at tp 2
+    link = 2 * 2 * 256 * 2 * 2 * (2 - 1) / 2 / 50e9
+    assert r["step_s"] == pytest.approx(3 * (fc + att + link), rel=1e-9)
+    assert r["breakdown_s"]["attention"] == pytest.approx(3 * att)
+    assert r["tokens_per_s"] == pytest.approx(2 / r["step_s"])
+
+
+def test_gpu_baseline_is_memory_matched_with_paged_admission():
+    from golden.system.model import evaluate_gpu
+    from golden.system.reference import GPUS
+
+    a100 = GPUS["A100-80GB"]
+    m = MODELS["LLM-72B-128K"]  # 8 KV heads; 512 GB -> 7 GPUs hold it, 8 form a TP group
+    lengths = DATASETS["Loogle-SD"].sample(512, 0)
+    r = evaluate_gpu(m, a100, lengths, 512, ASM)
+    assert (r["gpus"], r["memory_gb"], r["tp"], r["pp"]) == (8, 640, 8, 1)
+    # PagedAttention: 16-token pages for the current length, beside the weights
+    page = ASM.gpu_page_tokens * m.d_head * 2
+    assert r["batch"] == admit(m, lengths, "dpa", 640, page)["batch"]
+    assert evaluate_gpu(m, a100, lengths, 512, ASM, gpus=7)["pp"] == 7
+    # the roofline scales with the bandwidth efficiency on an attention-bound point
+    slow = evaluate_gpu(m, a100, lengths, 512,
+                        dataclasses.replace(ASM, gpu_bandwidth_efficiency=0.4))
+    assert slow["tokens_per_s"] == pytest.approx(r["tokens_per_s"] / 2, rel=0.01)

@@ -61,7 +61,7 @@ from golden.config import ChannelConfig, ConfigError, load_profile, load_profile
 from golden.isa import LANES
 from golden.system import sweep
 from golden.system.kernel_timing import MODES, KernelTimer, Shape
-from golden.system.reference import CHUNK_BYTES, GB, Model, System
+from golden.system.reference import CHUNK_BYTES, GB, Gpu, Model, System
 
 PARTITIONS = ("hfp", "tcp")
 KV_SCHEMES = ("static", "dpa")
@@ -99,6 +99,12 @@ class Assumptions:
     dcs_obuf_entries: int = 8
     baseline_policy: str = "static"  # or "pingpong": the scheduling baseline
     chunk_bytes: int = CHUNK_BYTES
+    #: GPU baseline (docs/pimphony.md): the share of the datasheet's HBM
+    #: bandwidth and BF16 throughput decode reaches, and PagedAttention's
+    #: page (vLLM's default block size, 16 tokens).
+    gpu_bandwidth_efficiency: float = 0.8
+    gpu_flops_efficiency: float = 0.6
+    gpu_page_tokens: int = 16
 
 
 def channel_config(profile: str, policy: str, asm: Assumptions) -> ChannelConfig:
@@ -316,7 +322,7 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
                 for _, _, _, b in per_mb]
     t = np.array([[sum(c.values()) * n + hand_off[m] for n in layers]
                   for m, (c, _, _, _) in enumerate(per_mb)])
-    period = float(max(t.sum(axis=0).max(), t.sum(axis=1).max())) if t.size else 0.0
+    period = pipeline_period(t)
     breakdown = {k: sum(c[k] for c, _, _, _ in per_mb) * model.layers / pp for k in COMPONENTS}
     breakdown["link_io"] += sum(hand_off)  # per stage, summed over stages / pp
     breakdown["pipeline_bubbles"] = period - sum(breakdown.values())
@@ -378,6 +384,82 @@ def evaluate(model: Model, system: System, lengths: np.ndarray, capacity_gb: int
                       "largest_pair_gb": adm["largest_pair_bytes"] / GB,
                       "pooled_batch": pooled["batch"]}
     return out
+
+
+def pipeline_period(t: np.ndarray) -> float:
+    """Decode-step period of a pipeline: ``t[m][s]`` is micro-batch ``m``'s
+    time in stage ``s``; each stage serves every micro-batch, and each
+    micro-batch's next token waits for its own previous one."""
+    return float(max(t.sum(axis=0).max(), t.sum(axis=1).max())) if t.size else 0.0
+
+
+def gpu_step(model: Model, gpu: Gpu, lengths: np.ndarray, tp: int, pp: int,
+             asm: Assumptions) -> dict:
+    """One decode step on ``tp x pp`` GPUs as a roofline: per layer and GPU,
+    each FC GEMM takes the longer of its FLOPs at ``bf16_tflops x
+    gpu_flops_efficiency`` and its weights at ``hbm_gbs x
+    gpu_bandwidth_efficiency``. FlashDecoding reads every request's K and V
+    of the GPU's KV heads once per step, split over the KV length so the
+    whole GPU streams it, at the same HBM rate; its FLOPs (4 x group x
+    d_head per token and KV head) count where longer. TP all-reduces twice
+    per layer over NVLink; a pipeline stage hands its activations on."""
+    bw = gpu.hbm_gbs * 1e9 * asm.gpu_bandwidth_efficiency
+    flops = gpu.bf16_tflops * 1e12 * asm.gpu_flops_efficiency
+    kvh = model.kv_heads // tp
+    layers = [model.layers // pp + (s < model.layers % pp) for s in range(pp)]
+    per_mb, parts = [], []
+    for m in range(pp):
+        lens = np.asarray(lengths[m::pp], dtype=np.int64)
+        b = len(lens)
+        fc = sum(max(2 * b * i * o / tp / flops, 2 * i * o / tp / bw)
+                 for i, o in fc_matrices(model)) if b else 0.0
+        tokens = int(lens.sum())
+        attention = max(tokens * kvh * 2 * model.d_head * 2 / bw,
+                        tokens * kvh * 4 * model.group * model.d_head / flops)
+        link = (2 * b * model.d_model * 2 * 2 * (tp - 1) / tp / (gpu.link_gbs * 1e9)
+                if tp > 1 and b else 0.0)
+        parts.append({"fc": fc, "attention": attention, "link_io": link})
+        per_mb.append(b)
+    hand_off = [b * model.d_model * 2 / (gpu.link_gbs * 1e9) if pp > 1 else 0.0
+                for b in per_mb]
+    t = np.array([[sum(p.values()) * n + hand_off[m] for n in layers]
+                  for m, p in enumerate(parts)])
+    period = pipeline_period(t)
+    breakdown = {k: sum(p[k] for p in parts) * model.layers / pp for k in parts[0]}
+    breakdown["link_io"] += sum(hand_off)
+    breakdown["pipeline_bubbles"] = period - sum(breakdown.values())
+    return {"tp": tp, "pp": pp, "batch": int(len(lengths)), "step_s": period,
+            "tokens_per_s": len(lengths) / period if period else 0.0,
+            "breakdown_s": breakdown}
+
+
+def evaluate_gpu(model: Model, gpu: Gpu, lengths: np.ndarray, capacity_gb: int,
+                 asm: Assumptions, gpus: int = 0) -> dict:
+    """The GPU baseline memory-matched to ``capacity_gb`` (``gpus`` 0: the
+    fewest GPUs whose memory holds it and that form one tensor-parallel
+    group, TP dividing the KV heads, as GPU serving deploys them),
+    PagedAttention admission (KV in pages of ``gpu_page_tokens`` for the
+    current length, in draw order, beside the weights), the best ``tp x
+    pp``."""
+    if not gpus:
+        gpus = -(-capacity_gb // gpu.memory_gb)
+        while model.kv_heads % gpus and gpus < model.kv_heads:
+            gpus += 1
+    page = asm.gpu_page_tokens * model.d_head * 2
+    adm = admit(model, lengths, "dpa", gpus * gpu.memory_gb, page)
+    batch = lengths[:adm["batch"]]
+    options = parallel_options(model, gpus)
+    if not options:
+        raise ConfigError(f"{model.name}: no tp x pp = {gpus} GPUs with tp dividing "
+                          f"{model.kv_heads} KV heads")
+    results = [gpu_step(model, gpu, batch, tp, pp, asm) for tp, pp in options]
+    best = max(results, key=lambda r: (r["tokens_per_s"], -r["tp"]))
+    return {**best, "gpus": gpus, "memory_gb": gpus * gpu.memory_gb,
+            "weights_fit": adm["kv_capacity_bytes"] > 0,
+            "capacity_utilization": adm["live_bytes"] / adm["kv_capacity_bytes"]
+            if adm["kv_capacity_bytes"] > 0 else 0.0,
+            "options": [{"tp": r["tp"], "pp": r["pp"], "batch": r["batch"],
+                         "tokens_per_s": r["tokens_per_s"]} for r in results]}
 
 
 def check_mode(data: dict) -> None:

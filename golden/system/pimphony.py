@@ -28,12 +28,13 @@ from golden.system.model import (
     channel_config,
     check_mode,
     evaluate,
+    evaluate_gpu,
     kernel_shapes,
     module_channels,
     step_policy,
     t_ck_ns,
 )
-from golden.system.reference import DATASETS, MODELS, SYSTEMS, Model
+from golden.system.reference import DATASETS, GPUS, MODELS, SYSTEMS, Model
 
 
 def _r(x: float) -> float:
@@ -221,7 +222,41 @@ def tcp_activation(data: dict, sw: sweep.Sweep, progress: bool | None = None) ->
             "rows": rows, "wall_s": round(time.perf_counter() - started, 2)}
 
 
+def pimphony_gpu(data: dict, sw: sweep.Sweep, progress: bool | None = None) -> dict:
+    """Tokens/s of the GPU baseline (memory-matched A100s, FlashDecoding with
+    PagedAttention, a roofline) per model x dataset, beside the PIM
+    systems' steps on the same lengths and capacity."""
+    started = time.perf_counter()
+    if data["gpu"] not in GPUS:
+        raise ConfigError(f"gpu: unknown name {data['gpu']!r} (known: {', '.join(GPUS)})")
+    gpu = GPUS[data["gpu"]]
+    pim = pimphony({k: v for k, v in data.items() if k not in ("gpu", "gpus")}, sw, progress)
+    asm = sc.assumptions(data)
+    by = {(r["model"], r["dataset"]): [] for r in pim["rows"]}
+    for r in pim["rows"]:
+        by[(r["model"], r["dataset"])].append(r)
+    rows = []
+    for (name, task), pim_rows in by.items():
+        model = MODELS[name]
+        lengths = DATASETS[task].sample(data["requests"], data["seed"])
+        g = evaluate_gpu(model, gpu, lengths, model.capacity_gb, asm, data["gpus"])
+        out = {k: (_r(v) if isinstance(v, float) else v) for k, v in g.items()
+               if k not in ("breakdown_s", "options")}
+        out["breakdown_share"] = {k: _r(v / g["step_s"]) if g["step_s"] else 0.0
+                                  for k, v in g["breakdown_s"].items()}
+        out["options"] = [{**o, "tokens_per_s": _r(o["tokens_per_s"])} for o in g["options"]]
+        rows.append({"model": name, "dataset": task, "capacity_gb": model.capacity_gb,
+                     "gpu": out, "pim": {f"{r['system']} {r['step']}": {
+                         "tokens_per_s": r["tokens_per_s"], "batch": r["batch"],
+                         "over_gpu": _r(r["tokens_per_s"] / g["tokens_per_s"])
+                         if g["tokens_per_s"] else None} for r in pim_rows}})
+    return {"study": "pimphony-gpu", "scenario": data, "gpu": vars(gpu),
+            "modules": pim["modules"], "rows": rows,
+            "wall_s": round(time.perf_counter() - started, 2)}
+
+
 STUDIES = {"pimphony": pimphony, "pimphony-scaling": pimphony_scaling,
+           "pimphony-gpu": pimphony_gpu,
            "tcp-activation": tcp_activation, "librapim": librapim}
 
 

@@ -113,6 +113,25 @@ SYSTEMS = {s.name: s for s in [
            "CENT-like: near-memory compute 3 TFLOPS, 16 TB/s internal"),
 ]}
 
+@dataclass(frozen=True)
+class Gpu:
+    """A GPU of the GPU baseline (PIMphony compares against A100 GPUs running
+    FlashDecoding with PagedAttention, memory-matched)."""
+
+    name: str
+    memory_gb: int
+    hbm_gbs: float  # HBM bandwidth
+    bf16_tflops: float  # dense BF16 Tensor Core throughput
+    link_gbs: float  # NVLink, per GPU
+    source: str
+
+
+GPUS = {g.name: g for g in [
+    Gpu("A100-80GB", 80, 2039.0, 312.0, 600.0,
+        "NVIDIA A100 Tensor Core GPU datasheet, A100 80GB SXM: HBM2e 2,039 GB/s, BF16 "
+        "Tensor Core 312 TFLOPS (dense), NVLink 600 GB/s"),
+]}
+
 #: PIMphony module: 16 channels x 16 banks (REFERENCE.md), KV chunk 1 MB.
 MODULE_CHANNELS = 16
 CHUNK_BYTES = 1 << 20

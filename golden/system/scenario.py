@@ -21,7 +21,8 @@ from golden.config import ConfigError, read_toml
 from golden.isa import FIELDS
 from golden.system.model import Assumptions
 
-SCENARIO_STUDIES = ("pimphony", "pimphony-scaling", "tcp-activation", "librapim")
+SCENARIO_STUDIES = ("pimphony", "pimphony-scaling", "tcp-activation", "librapim",
+                    "pimphony-gpu")
 
 
 def defaults(study: str) -> dict:
@@ -77,6 +78,7 @@ RANGES = {
     "capacity_context": Range(1, 1 << 24, unit="tokens"),
     "variation": Range(0, 1 / 3, open_hi=True, unit="sigma over mean"),
     "channels": Range(1, 64),
+    "gpus": Range(0, 1024, unit="0: memory-matched"),
     "d_head": Range(16, 1024),
     "group": Range(1, 64, unit="queries per KV head"),
     "tokens": Range(1, 1 << 24),
@@ -85,6 +87,9 @@ RANGES = {
     "assumptions.epu_lanes": Range(1, 1 << 16),
     "assumptions.dcs_obuf_entries": Range(1, 1 << FIELDS["out_idx"].width),
     "assumptions.chunk_bytes": Range(1, 1 << 40, unit="bytes"),
+    "assumptions.gpu_bandwidth_efficiency": Range(0.01, 1),
+    "assumptions.gpu_flops_efficiency": Range(0.01, 1),
+    "assumptions.gpu_page_tokens": Range(1, 4096, unit="tokens"),
 }
 
 
