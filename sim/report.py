@@ -121,7 +121,30 @@ def _plot_pimphony(result: dict, out: Path) -> list[str]:
         ax.set_title(f"{system}: decode-step breakdown")
         ax.legend(fontsize=6)
     files.append(_save(plt, fig, out / "pimphony-breakdown.png"))
+    files.append(_plot_parallel(plt, rows, groups, systems, steps, out))
     return files
+
+
+def _plot_parallel(plt, rows, groups, systems, steps, out: Path) -> str:
+    """The TP/PP sweep: tokens/s of every (tp, pp) option, one panel per
+    (model, dataset) and system, one line per step."""
+    fig, axes = plt.subplots(len(groups), len(systems), squeeze=False,
+                             figsize=(5 * len(systems), 3 * len(groups)))
+    for gi, g in enumerate(groups):
+        for si, system in enumerate(systems):
+            ax = axes[gi][si]
+            for step in steps:
+                r = next((r for r in rows if r["system"] == system and r["step"] == step
+                          and (r["model"], r["dataset"]) == g), None)
+                if r is None:
+                    continue
+                ax.plot([f"{o['tp']}x{o['pp']}" for o in r["options"]],
+                        [o["tokens_per_s"] for o in r["options"]], marker="o", label=step)
+            ax.set_title(f"{g[0]} {g[1]}, {system}", fontsize=8)
+            ax.set_xlabel("TP x PP", fontsize=7)
+            ax.set_ylabel("tokens/s", fontsize=7)
+            ax.legend(fontsize=6)
+    return _save(plt, fig, out / "pimphony-parallel.png")
 
 
 def _plot_gpu(result: dict, out: Path) -> list[str]:

@@ -150,7 +150,8 @@ def test_cli_pimphony_json_csv_plots(tmp_path, capsys):
     assert "breakdown_share.pipeline_bubbles" in lines[0].split(",")
     pngs = sorted(p.name for p in plots.iterdir())
     assert pngs == ["pimphony-breakdown.png", "pimphony-channel-utilization.png",
-                    "pimphony-mac-utilization.png", "pimphony-throughput.png"]
+                    "pimphony-mac-utilization.png", "pimphony-parallel.png",
+                    "pimphony-throughput.png"]
     assert all((plots / p).read_bytes()[:4] == b"\x89PNG" for p in pngs)
 
 
