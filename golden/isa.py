@@ -341,17 +341,27 @@ class EncodingError(ValueError):
     pass
 
 
+def _integer(value) -> int | None:
+    """``value`` if an int (or an IntEnum), a numpy integer as an int; None
+    for a float, a bool or anything else (the caller names it)."""
+    if type(value) is int:
+        return value
+    if isinstance(value, np.integer):
+        return int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    return value
+
+
 def field_value(name: str, value, what: str = "field") -> int:
     """``value`` as the integer of field ``name``: an int (or an IntEnum or
     a numpy integer) in [0, 2**width). A float, a bool, a string or a value
     that does not fit raises EncodingError naming the field; nothing is
     truncated, wrapped or aliased."""
-    if type(value) is not int:
-        if isinstance(value, np.integer):
-            value = int(value)
-        elif not isinstance(value, int) or isinstance(value, bool):
-            raise EncodingError(f"{what} {name} must be an integer, not {value!r}")
-    width = FIELDS[name].width
+    as_int = _integer(value)
+    if as_int is None:
+        raise EncodingError(f"{what} {name} must be an integer, not {value!r}")
+    value, width = as_int, FIELDS[name].width
     if not 0 <= value < (1 << width):
         top = 1 << width if width <= 32 else f"2**{width}"
         raise EncodingError(f"{what} {name}={_show(value)} does not fit its {width}-bit field "
@@ -385,11 +395,10 @@ def pack(fields: tuple[str, ...], values: dict[str, int]) -> int:
 def as_word(word, bits: int, what: str = "word") -> int:
     """``word`` as an int in [0, 2**bits) (EncodingError naming ``what``
     otherwise)."""
-    if type(word) is not int:
-        if isinstance(word, np.integer):
-            word = int(word)
-        elif not isinstance(word, int) or isinstance(word, bool):
-            raise EncodingError(f"{what}: a {bits}-bit word must be an integer, not {word!r}")
+    as_int = _integer(word)
+    if as_int is None:
+        raise EncodingError(f"{what}: a {bits}-bit word must be an integer, not {word!r}")
+    word = as_int
     if not 0 <= word < (1 << bits):
         raise EncodingError(f"{what} {_show(word)} does not fit {bits} bits")
     return int(word)

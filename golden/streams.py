@@ -41,6 +41,7 @@ class CommandError(ValueError):
 
 #: Each command field's exclusive upper bound, from the encoding table.
 _FIELD_LIMITS = {name: 1 << FIELDS[name].width for name in COMMAND_FIELDS}
+_WORD_LIMIT = 1 << WORD_BITS
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,9 @@ class Streams:
                  cmd_arrivals, wdata_arrivals, rdata_pops):
         n = len(commands)
         self.config, self.commands = config, commands
-        self.wdata = [as_word(w, WORD_BITS, f"write-data beat {k}") for k, w in enumerate(wdata)]
+        self.wdata = [w if type(w) is int and 0 <= w < _WORD_LIMIT  # the common case, no label
+                      else as_word(w, WORD_BITS, f"write-data beat {k}")
+                      for k, w in enumerate(wdata)]
         self.cmd_arrivals = cycles("cmd_arrivals", cmd_arrivals, n)
         self.wdata_arrivals = cycles("wdata_arrivals", wdata_arrivals, len(wdata))
         self.rdata_pops = None if rdata_pops is None else cycles("rdata_pops", rdata_pops)

@@ -240,13 +240,8 @@ def pimphony_gpu(data: dict, sw: sweep.Sweep, progress: bool | None = None) -> d
         model = MODELS[name]
         lengths = DATASETS[task].sample(data["requests"], data["seed"])
         g = evaluate_gpu(model, gpu, lengths, model.capacity_gb, asm, data["gpus"])
-        out = {k: (_r(v) if isinstance(v, float) else v) for k, v in g.items()
-               if k not in ("breakdown_s", "options")}
-        out["breakdown_share"] = {k: _r(v / g["step_s"]) if g["step_s"] else 0.0
-                                  for k, v in g["breakdown_s"].items()}
-        out["options"] = [{**o, "tokens_per_s": _r(o["tokens_per_s"])} for o in g["options"]]
         rows.append({"model": name, "dataset": task, "capacity_gb": model.capacity_gb,
-                     "gpu": out, "pim": {f"{r['system']} {r['step']}": {
+                     "gpu": _result(g), "pim": {f"{r['system']} {r['step']}": {
                          "tokens_per_s": r["tokens_per_s"], "batch": r["batch"],
                          "over_gpu": _r(r["tokens_per_s"] / g["tokens_per_s"])
                          if g["tokens_per_s"] else None} for r in pim_rows}})
