@@ -152,8 +152,14 @@ def test_parallel_options_respect_kv_heads():
 class LinearTimer:
     """Labels linear in units: cycles 10 u = mac 4 u + act_pre 2 u + io 4 u."""
 
-    def __init__(self, cfg):
-        self.cfg = cfg
+    def __init__(self, cfg, period=1e-6, slots=3):
+        self.cfg, self.period, self.per_unit = cfg, period, slots
+
+    def read_period(self):
+        return self.period  # cycles per weight read (default: negligible)
+
+    def slots(self, shape, units):
+        return self.per_unit * np.asarray(units, dtype=np.float64)
 
     def __call__(self, shape, units):
         u = np.asarray(units, dtype=np.int64)
@@ -169,7 +175,8 @@ PIM = dataclasses.replace(XPU, fc_on="pim")
 
 def test_decode_step_hfp_by_hand():
     cfg = load_profile()  # qkt and sv: 128 tokens per unit
-    asm = Assumptions(epu_lanes=1 << 30, xpu_bandwidth_tbs=1e9, link_gbs=1e12)
+    asm = Assumptions(epu_lanes=1 << 30, xpu_bandwidth_tbs=1e9, link_gbs=1e12,
+                      xpu_subbatches=1)
     lengths = np.array([256, 128, 640])  # pairs: 2 per request (2 KV heads, tp 1)
     r = decode_step(TINY, XPU, lengths, 1, 1, "hfp", LinearTimer(cfg), 1.0, asm)
     # pair units (qkt + sv): 2+2, 2+2, 1+1, 1+1, 5+5, 5+5 -> x10 cycles, round-robin on 4 channels
@@ -192,7 +199,8 @@ def test_hfp_placement_is_request_major_and_fixed_across_micro_batches():
     assert list(hfp_channels(np.arange(3), 2, 4)) == [0, 1, 2, 3, 0, 1]
     assert list(hfp_channels(np.array([1, 3]), 2, 4)) == [2, 3, 2, 3]
     cfg = load_profile()
-    asm = Assumptions(epu_lanes=1 << 30, xpu_bandwidth_tbs=1e9, link_gbs=1e12)
+    asm = Assumptions(epu_lanes=1 << 30, xpu_bandwidth_tbs=1e9, link_gbs=1e12,
+                      xpu_subbatches=1)
     lengths = np.array([128, 128, 128, 640])
     r = decode_step(TINY, XPU, lengths, 1, 2, "hfp", LinearTimer(cfg), 1.0, asm)
     # a pair of 128 tokens: qkt + sv 1 unit each = 20 cycles, 8 MAC; of 640: 100, 40.
@@ -225,7 +233,8 @@ def test_sub_channels_split_a_pair_under_hfp_and_add_channels_under_tcp():
     """HFP on channels of 2 sub-channels runs each pair's tokens halved on
     both (and reduces its SV partial sums); TCP sees twice the channels."""
     cfg = load_profile()
-    asm = Assumptions(epu_lanes=1 << 30, xpu_bandwidth_tbs=1e9, link_gbs=1e12)
+    asm = Assumptions(epu_lanes=1 << 30, xpu_bandwidth_tbs=1e9, link_gbs=1e12,
+                      xpu_subbatches=1)
     lengths = np.array([256, 512, 1024])
     two = decode_step(TINY, XPU, lengths, 1, 1, "hfp", LinearTimer(cfg), 1.0, asm, sub=2)
     half = decode_step(TINY, XPU, -(-lengths // 2), 1, 1, "hfp", LinearTimer(cfg), 1.0, asm)
@@ -286,7 +295,8 @@ def test_hfp_study_points_report_the_channel_limit():
 
 def test_decode_step_tcp_and_pipeline_by_hand():
     cfg = load_profile()
-    asm = Assumptions(epu_lanes=4, xpu_bandwidth_tbs=1e9, link_gbs=1e12)
+    asm = Assumptions(epu_lanes=4, xpu_bandwidth_tbs=1e9, link_gbs=1e12,
+                      xpu_subbatches=1)
     lengths = np.array([1024, 128])  # pp 2: micro-batch 0 = [1024], 1 = [128]
     r = decode_step(TINY, XPU, lengths, 1, 2, "tcp", LinearTimer(cfg), 1.0, asm)
     # TCP over 4 channels: 256 and 32 tokens per channel -> 2 and 1 units per kernel

@@ -57,6 +57,7 @@ from golden.channel import ChannelModel
 from golden.config import ChannelConfig
 from golden.isa import LANES, Opcode
 from golden.kernels import Kernel, fc, qkt, sv
+from golden.system import overlap
 
 KINDS = ("qkt", "sv", "fc")
 LABELS = ("cycles", "mac", "refresh", "mode", "act_pre", "io")
@@ -65,6 +66,8 @@ REFRESH_RUN = 8
 #: Units run cycle-exactly per shape in fast mode; beyond, linear.
 CALIBRATE = {"qkt": 12, "sv": 12, "fc": 6}
 MODES = ("fast", "exact")
+#: Units at which fast mode measures a shape's weight-read slots.
+SLOT_UNITS = (6, 12)
 
 
 @dataclass(frozen=True)
@@ -134,7 +137,7 @@ def _source_digest() -> str:
     h = hashlib.sha1()
     golden = Path(__file__).resolve().parent.parent
     for name in ("channel.py", "streams.py", "banks.py", "dcs.py", "kernels.py",
-                 "system/kernel_timing.py", "config.py"):
+                 "system/kernel_timing.py", "system/overlap.py", "config.py", "timing.py"):
         h.update((golden / name).read_bytes())
     return h.hexdigest()[:12]
 
@@ -203,6 +206,50 @@ class KernelTimer:
         out = {lab: out[lab] + count * per[lab] for lab in LABELS}
         out["io"] = out["cycles"] - sum(out[lab] for lab in LABELS[1:-1])
         return out
+
+    # -- weight-read slots (golden.system.overlap) -------------------------
+
+    def _cached(self, key: str, make):
+        if key not in self.table:
+            disk = _disk_cache()
+            dk = f"{_source_digest()}|{config_key(self.cfg)}|{key}"
+            if disk is not None and dk in disk["entries"]:
+                self.table[key] = disk["entries"][dk]
+            else:
+                self.table[key] = make()
+                if disk is not None:
+                    disk["entries"][dk] = self.table[key]
+                    _disk_save(disk)
+        return self.table[key]
+
+    def read_period(self) -> float:
+        """Cycles per weight read with the channel to the reads alone."""
+        return self._cached("read-period", lambda: overlap.read_period(self.plain))
+
+    def slot_calibration(self, shape: Shape) -> list[int]:
+        """Read slots beside ``SLOT_UNITS`` units of ``shape``. Cached."""
+        return self._cached(f"slots|{shape.key()}", lambda: [
+            overlap.read_slots(self.plain, shape.build(self.plain, u)) for u in SLOT_UNITS])
+
+    def slots(self, shape: Shape, units) -> np.ndarray:
+        """Weight reads that fit beside ``units`` units of ``shape`` (array).
+        Fast: linear through the calibration points (0, 0), (6, s6), (12,
+        s12) and on with the last slope; exact: the merge run at each count."""
+        u = np.asarray(units, dtype=np.int64)
+        if self.mode == "exact":
+            out = np.zeros(u.shape, dtype=np.float64)
+            for value in np.unique(u):
+                if value > 0:
+                    key = (f"slots|{shape.key()}", int(value))
+                    if key not in self._exact:
+                        self._exact[key] = overlap.read_slots(
+                            self.plain, shape.build(self.plain, int(value)))
+                    out[u == value] = self._exact[key]
+            return out
+        cal = self.slot_calibration(shape)
+        xs, ys = [0, *SLOT_UNITS], [0, *cal]
+        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+        return np.where(u <= xs[-1], np.interp(u, xs, ys), ys[-1] + (u - xs[-1]) * slope)
 
     # -- evaluation --------------------------------------------------------
 

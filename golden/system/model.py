@@ -59,7 +59,7 @@ import numpy as np
 
 from golden.config import ChannelConfig, ConfigError, load_profile, load_profile_data
 from golden.isa import LANES
-from golden.system import sweep
+from golden.system import overlap, sweep
 from golden.system.kernel_timing import MODES, KernelTimer, Shape
 from golden.system.reference import CHUNK_BYTES, GB, Gpu, Model, System
 
@@ -105,6 +105,9 @@ class Assumptions:
     gpu_bandwidth_efficiency: float = 0.8
     gpu_flops_efficiency: float = 0.6
     gpu_page_tokens: int = 16
+    #: xPU+PIM: NeuPIMs' sub-batches (REFERENCE.md: two, interleaved on
+    #: dual-row-buffer banks); 1 runs the batch's FC and attention in turn.
+    xpu_subbatches: int = 2
 
 
 def channel_config(profile: str, policy: str, asm: Assumptions) -> ChannelConfig:
@@ -235,6 +238,14 @@ def kernel_shapes(model: Model, system: System) -> list[Shape]:
     return shapes
 
 
+def slot_shapes(model: Model, system: System, asm: Assumptions) -> list[Shape]:
+    """The kernel shapes whose weight-read slots a system needs: the
+    attention kernels of xPU+PIM under NeuPIMs' interleaving."""
+    if system.fc_on != "xpu" or asm.xpu_subbatches != 2:
+        return []
+    return [Shape("qkt", model.d_head, model.group), Shape("sv", model.d_head, model.group)]
+
+
 def parallel_options(model: Model, modules: int) -> list[tuple[int, int]]:
     """(tp, pp) with tp x pp = modules, tp dividing the KV heads and pp at
     most the layer count."""
@@ -252,6 +263,90 @@ _ATTENTION = (("attention_mac", "mac"), ("act_pre", "act_pre"), ("attention_io",
               ("attention_mode", "mode"), ("refresh", "refresh"))
 
 
+def _attention(model: Model, lens: np.ndarray, requests: np.ndarray, kvh: int, partition: str,
+               timer: KernelTimer, asm: Assumptions, ch_iv: int, sub: int,
+               slots: bool) -> dict | None:
+    """One module's attention, per layer, for the requests ``requests``
+    (indices in the batch; their lengths ``lens``), in channel cycles: the
+    critical channel's ``labels``, the ``phase`` (the channel busy longest,
+    with the EPU), MAC and busy profile-channel-cycles, and per Table IV
+    channel its PIM ``load`` and, with ``slots``, the weight reads that fit
+    beside that load (:mod:`golden.system.overlap`)."""
+    if not len(lens):
+        return None
+    cfg = timer.cfg
+    ch = ch_iv * sub
+    qk, svs = Shape("qkt", model.d_head, model.group), Shape("sv", model.d_head, model.group)
+    pairs = np.repeat(lens, kvh)  # (request, KV head) pairs on one module
+    epu = (model.group * pairs).astype(np.float64)
+    labels = dict.fromkeys((*(n for n, _ in _ATTENTION), "reduction"), 0.0)
+    if partition == "tcp":
+        tok = -(-pairs // ch)
+        uq, us = qk.units(cfg, tok), svs.units(cfg, tok)
+        q, s = timer(qk, uq), timer(svs, us)
+        epu = epu + (ch - 1) * model.group * model.d_head
+        for name, lab in _ATTENTION:
+            labels[name] = float(q[lab].sum() + s[lab].sum())
+        labels["reduction"] = float(epu.sum()) / asm.epu_lanes
+        kernels = float(q["cycles"].sum() + s["cycles"].sum())
+        phase, load = kernels + labels["reduction"], np.array([kernels])
+        kslots = (np.array([timer.slots(qk, uq).sum() + timer.slots(svs, us).sum()])
+                  if slots else None)
+        mac = ch * int(q["mac"].sum() + s["mac"].sum())
+        busy = ch * int(q["cycles"].sum() + s["cycles"].sum())
+    else:
+        tok = -(-pairs // sub)  # a pair's tokens over its channel's sub-channels
+        uq, us = qk.units(cfg, tok), svs.units(cfg, tok)
+        q, s = timer(qk, uq), timer(svs, us)
+        epu = epu + (sub - 1) * model.group * model.d_head
+        where = hfp_channels(requests, kvh, ch_iv)
+        per = {lab: np.bincount(where, q[lab] + s[lab], minlength=ch_iv)
+               for lab in ("cycles", *(lab for _, lab in _ATTENTION))}
+        epu_ch = np.bincount(where, epu, minlength=ch_iv) / asm.epu_lanes
+        crit = int(np.argmax(per["cycles"] + epu_ch))
+        phase = max(float(per["cycles"][crit] + epu_ch[crit]), float(epu_ch.sum()))
+        for name, lab in _ATTENTION:
+            labels[name] = float(per[lab][crit])
+        labels["reduction"] = phase - float(per["cycles"][crit])
+        load = per["cycles"].astype(np.float64)
+        kslots = (np.bincount(where, timer.slots(qk, uq) + timer.slots(svs, us),
+                              minlength=ch_iv) if slots else None)
+        mac, busy = sub * int(per["mac"].sum()), sub * int(per["cycles"].sum())
+    return {"labels": labels, "phase": phase, "load": load, "slots": kslots, "mac": mac,
+            "busy": busy}
+
+
+def _fc_task(model: Model, system: System, b: int, tp: int, ch: int, asm: Assumptions,
+             parts: tuple[str, ...]) -> dict:
+    """The xPU's FC matrices ``parts`` (``pre``: QKV; ``post``: O, gate, up,
+    down) of one layer for ``b`` requests on one module: the FLOPs' time,
+    the weights' time at ``xpu_bandwidth_tbs``, and the weight reads each
+    profile channel serves (``ch`` of them, the weights spread evenly)."""
+    mats = fc_matrices(model)
+    chosen = [m for i, m in enumerate(mats) if ("pre" if i == 0 else "post") in parts]
+    flops = sum(2 * b * d_in * d_out / tp for d_in, d_out in chosen)
+    weights = sum(2 * d_in * d_out // tp for d_in, d_out in chosen)
+    return {"flops_s": flops / (system.tflops * 1e12),
+            "bytes_s": weights / (asm.xpu_bandwidth_tbs * 1e12),
+            "reads": overlap.reads_for(weights, ch) if weights else 0}
+
+
+def _segment(fc: dict, att: dict | None, period: float, tck: float) -> tuple[float, float]:
+    """The xPU running ``fc`` beside the PIM running ``att`` (NeuPIMs'
+    dual row buffer): ``(seconds, PIM phase seconds)``. The segment lasts
+    the longest of the xPU's FLOPs, its weight stream and the channels:
+    each channel's PIM work plus the reads that did not fit beside it
+    (its slots, and the idle cycles of its phase) run after it."""
+    if att is None:
+        chan = fc["reads"] * period
+        phase = 0.0
+    else:
+        phase = att["phase"]
+        free = att["slots"] + (phase - att["load"]) / period
+        chan = phase + float(np.max(np.maximum(0.0, fc["reads"] - free))) * period
+    return max(fc["flops_s"], fc["bytes_s"], chan * tck), phase * tck
+
+
 def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: int,
                 partition: str, timer: KernelTimer, t_ck_ns: float, asm: Assumptions,
                 sub: int = 1) -> dict:
@@ -260,7 +355,8 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
     (``module_channels``). TCP splits a pair's tokens over every profile
     channel; HFP places a pair on one Table IV channel and splits its
     tokens over that channel's ``sub`` profile channels, whose SV partial
-    sums the EPU then reduces."""
+    sums the EPU then reduces. xPU+PIM with ``xpu_subbatches = 2`` runs
+    NeuPIMs' two interleaved sub-batches (``_stage_neupims``)."""
     if partition not in PARTITIONS:
         raise ConfigError(f"partition must be one of {', '.join(PARTITIONS)}, not {partition!r}")
     cfg = timer.cfg
@@ -269,76 +365,115 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
     tck = t_ck_ns * 1e-9
     kvh = model.kv_heads // tp
     layers = [model.layers // pp + (s < model.layers % pp) for s in range(pp)]
-    qk, svs = Shape("qkt", model.d_head, model.group), Shape("sv", model.d_head, model.group)
-    per_mb = []  # per micro-batch: per-layer seconds by component, MAC and busy channel-cycles
+    xpu = system.fc_on == "xpu"
+    period = timer.read_period() if xpu else 0.0
+    stages, mac_total, busy_total, sizes = [], 0, 0, []
     for m in range(pp):
-        lens = np.repeat(lengths[m::pp], kvh)  # (request, KV head) pairs on one module
-        b = len(lengths[m::pp])
-        comp = dict.fromkeys(COMPONENTS, 0.0)
-        mac = busy = 0
-        if len(lens):
-            epu = (model.group * lens).astype(np.float64)
-            if partition == "tcp":
-                tok = -(-lens // ch)
-                q, s = timer(qk, qk.units(cfg, tok)), timer(svs, svs.units(cfg, tok))
-                epu = epu + (ch - 1) * model.group * model.d_head
-                for name, lab in _ATTENTION:
-                    comp[name] = float(q[lab].sum() + s[lab].sum())
-                comp["reduction"] = float(epu.sum()) / asm.epu_lanes
-                mac = ch * int(q["mac"].sum() + s["mac"].sum())
-                busy = ch * int(q["cycles"].sum() + s["cycles"].sum())
-            else:
-                tok = -(-lens // sub)  # a pair's tokens over its channel's sub-channels
-                q, s = timer(qk, qk.units(cfg, tok)), timer(svs, svs.units(cfg, tok))
-                epu = epu + (sub - 1) * model.group * model.d_head
-                where = hfp_channels(np.arange(m, len(lengths), pp), kvh, ch_iv)
-                load = {lab: np.bincount(where, q[lab] + s[lab], minlength=ch_iv)
-                        for lab in ("cycles", *(lab for _, lab in _ATTENTION))}
-                epu_ch = np.bincount(where, epu, minlength=ch_iv) / asm.epu_lanes
-                crit = int(np.argmax(load["cycles"] + epu_ch))
-                phase = max(float(load["cycles"][crit] + epu_ch[crit]), float(epu_ch.sum()))
-                for name, lab in _ATTENTION:
-                    comp[name] = float(load[lab][crit])
-                comp["reduction"] = phase - float(load["cycles"][crit])
-                mac, busy = sub * int(load["mac"].sum()), sub * int(load["cycles"].sum())
-            comp = {k: v * tck for k, v in comp.items()}
-        if b:
-            for d_in, d_out in fc_matrices(model):
-                if system.fc_on == "xpu":
-                    flops = 2 * b * d_in * d_out / tp
-                    comp["fc"] += max(flops / (system.tflops * 1e12),
-                                      2 * d_in * d_out / tp / (asm.xpu_bandwidth_tbs * 1e12))
+        reqs = np.arange(m, len(lengths), pp)
+        b = len(reqs)
+        halves = [reqs[0::2], reqs[1::2]]
+        neupims = xpu and asm.xpu_subbatches == 2 and b >= 2
+        groups = halves if neupims else [reqs]
+        atts = [_attention(model, lengths[g], g, kvh, partition, timer, asm, ch_iv, sub, neupims)
+                for g in groups]
+        for a in atts:
+            if a is not None:
+                mac_total += a["mac"]
+                busy_total += a["busy"]
+        links = [2 * len(g) * model.d_model * 2 * (tp - 1) / tp / (asm.link_gbs * 1e9)
+                 if tp > 1 else 0.0 for g in groups]
+        if neupims:
+            stages.append(_stage_neupims(model, system, groups, atts, links, tp, ch, asm,
+                                         period, tck))
+        else:
+            comp = dict.fromkeys(COMPONENTS, 0.0)
+            a = atts[0]
+            if a is not None:
+                for k, v in a["labels"].items():
+                    comp[k] = v * tck
+            if b:
+                if xpu:
+                    fc = _fc_task(model, system, b, tp, ch, asm, ("pre", "post"))
+                    comp["fc"] = max(fc["flops_s"], fc["bytes_s"], fc["reads"] * period * tck)
                 else:
-                    sh = Shape("fc", d_in)
-                    lab = timer(sh, sh.units(cfg, -(-d_out // (tp * ch))))
-                    comp["fc"] += b * int(lab["cycles"]) * tck
-                    mac += b * ch * int(lab["mac"])
-                    busy += b * ch * int(lab["cycles"])
-            if tp > 1:
-                comp["link_io"] = 2 * b * model.d_model * 2 * (tp - 1) / tp / (asm.link_gbs * 1e9)
-        per_mb.append((comp, mac, busy, b))
-    # t[m][s]: micro-batch m in stage s (per-layer time x layers, plus the hand-off)
-    hand_off = [b * model.d_model * 2 / (asm.link_gbs * 1e9) if pp > 1 else 0.0
-                for _, _, _, b in per_mb]
-    t = np.array([[sum(c.values()) * n + hand_off[m] for n in layers]
-                  for m, (c, _, _, _) in enumerate(per_mb)])
-    period = pipeline_period(t)
-    breakdown = {k: sum(c[k] for c, _, _, _ in per_mb) * model.layers / pp for k in COMPONENTS}
+                    for d_in, d_out in fc_matrices(model):
+                        sh = Shape("fc", d_in)
+                        lab = timer(sh, sh.units(cfg, -(-d_out // (tp * ch))))
+                        comp["fc"] += b * int(lab["cycles"]) * tck
+                        mac_total += b * ch * int(lab["mac"])
+                        busy_total += b * ch * int(lab["cycles"])
+                comp["link_io"] = links[0]
+            stages.append(lambda n, comp=comp: {k: v * n for k, v in comp.items()})
+        sizes.append(b)
+    # t[m][s]: micro-batch m in stage s, plus the hand-off to the next stage
+    hand_off = [b * model.d_model * 2 / (asm.link_gbs * 1e9) if pp > 1 else 0.0 for b in sizes]
+    parts = [[stages[m](n) for n in layers] for m in range(pp)]
+    t = np.array([[sum(p.values()) + hand_off[m] for p in row] for m, row in enumerate(parts)])
+    step = pipeline_period(t)
+    breakdown = {k: sum(p[k] for row in parts for p in row) / pp for k in COMPONENTS}
     breakdown["link_io"] += sum(hand_off)  # per stage, summed over stages / pp
-    breakdown["pipeline_bubbles"] = period - sum(breakdown.values())
+    breakdown["pipeline_bubbles"] = step - sum(breakdown.values())
     channels = tp * pp * ch
-    cycles = period / tck if period else 0.0
+    cycles = step / tck if step else 0.0
     # per module-layer figures x tp modules x layers
-    mac_total = sum(m for _, m, _, _ in per_mb) * tp * model.layers
-    busy_total = sum(bz for _, _, bz, _ in per_mb) * tp * model.layers
+    mac_total *= tp * model.layers
+    busy_total *= tp * model.layers
     return {
         "tp": tp, "pp": pp, "batch": int(len(lengths)),
-        "step_s": period,
-        "tokens_per_s": len(lengths) / period if period else 0.0,
+        "step_s": step,
+        "tokens_per_s": len(lengths) / step if step else 0.0,
         "mac_utilization": mac_total / (channels * cycles) if cycles else 0.0,
         "channel_utilization": busy_total / (channels * cycles) if cycles else 0.0,
         "breakdown_s": breakdown,
     }
+
+
+def neupims_segments(n: int) -> list[tuple[tuple[str, ...], int, int | None]]:
+    """NeuPIMs' schedule of a stage of ``n`` layers for sub-batches 0 and
+    1: ``(xPU parts, xPU sub-batch, PIM sub-batch or None)`` in order. The
+    xPU runs sub-batch 0's QKV alone, then sub-batch 1's QKV beside
+    sub-batch 0's attention; then per layer each sub-batch's O and FFN (and
+    the next layer's QKV) beside the other's attention; the last FFN of
+    sub-batch 1 alone."""
+    segs: list = [(("pre",), 0, None), (("pre",), 1, 0)]
+    for layer in range(1, n + 1):
+        more = layer < n
+        segs.append((("post", "pre") if more else ("post",), 0, 1))
+        segs.append((("post", "pre") if more else ("post",), 1, 0 if more else None))
+    return segs
+
+
+def _stage_neupims(model: Model, system: System, groups, atts, links, tp: int, ch: int,
+                   asm: Assumptions, period: float, tck: float):
+    """A micro-batch's time in a stage under NeuPIMs' sub-batch interleaving
+    (``neupims_segments``), as a function of the stage's layer count: the
+    components of every segment, the PIM's attention as it ran and the xPU
+    (``fc``) as the time it added beyond it."""
+    memo: dict = {}
+
+    def seg(parts, x, y):
+        key = (parts, x, y)
+        if key not in memo:
+            fc = _fc_task(model, system, len(groups[x]), tp, ch, asm, parts)
+            att = atts[y] if y is not None else None
+            total, phase = _segment(fc, att, period, tck)
+            comp = dict.fromkeys(COMPONENTS, 0.0)
+            if att is not None:
+                for k, v in att["labels"].items():
+                    comp[k] = v * tck
+            comp["fc"] = total - phase
+            comp["link_io"] = links[x] if "post" in parts else 0.0
+            memo[key] = comp
+        return memo[key]
+
+    def stage(n: int) -> dict:
+        out = dict.fromkeys(COMPONENTS, 0.0)
+        for parts, x, y in neupims_segments(n):
+            for k, v in seg(parts, x, y).items():
+                out[k] += v
+        return out
+
+    return stage
 
 
 def t_ck_ns(profile: str) -> float:
@@ -468,19 +603,25 @@ def check_mode(data: dict) -> None:
 
 
 def _calibrate(task: tuple) -> tuple:
-    profile, policy, asm, shape = task
+    profile, policy, asm, shape, slots = task
     timer = KernelTimer(channel_config(profile, policy, asm))
-    return policy, shape.key(), timer.calibration(shape)
+    timer.calibration(shape)
+    if slots:  # the xPU's weight reads beside this attention kernel
+        timer.slot_calibration(shape)
+        timer.read_period()
+    return policy, timer.table
 
 
 def calibrate(profile: str, policies, shapes, asm: Assumptions, mode: str,
-              sw: sweep.Sweep, progress: bool | None) -> dict:
-    """``{policy: {shape key: calibration}}`` for fast mode (empty in exact)."""
+              sw: sweep.Sweep, progress: bool | None, slots=()) -> dict:
+    """``{policy: {shape key: calibration}}`` for fast mode (empty in exact);
+    for the shapes in ``slots`` also their weight-read slots and the read
+    period (:mod:`golden.system.overlap`)."""
     tables: dict = {p: {} for p in policies}
     if mode != "fast":
         return tables
-    tasks = [(profile, p, asm, s) for p in policies for s in shapes]
+    tasks = [(profile, p, asm, s, s in slots) for p in policies for s in shapes]
     bar = sweep.Progress(len(tasks), "calibrate", progress)
-    for policy, key, cal in sw.map(_calibrate, tasks, bar):
-        tables[policy][key] = cal
+    for policy, table in sw.map(_calibrate, tasks, bar):
+        tables[policy].update(table)
     return tables

@@ -31,6 +31,7 @@ from golden.system.model import (
     evaluate_gpu,
     kernel_shapes,
     module_channels,
+    slot_shapes,
     step_policy,
     t_ck_ns,
 )
@@ -106,7 +107,8 @@ def pimphony(data: dict, sw: sweep.Sweep, progress: bool | None = None) -> dict:
     policies = sorted({step_policy(STEPS[s], asm) for s in steps})
     shapes = sorted({s for m in models for n in systems for s in kernel_shapes(m, SYSTEMS[n])},
                     key=Shape.key)
-    tables = calibrate(data["profile"], policies, shapes, asm, data["mode"], sw, progress)
+    slots = {s for m in models for n in systems for s in slot_shapes(m, SYSTEMS[n], asm)}
+    tables = calibrate(data["profile"], policies, shapes, asm, data["mode"], sw, progress, slots)
     points = []
     for model in models:
         for task in data["datasets"] or model.datasets:
@@ -157,7 +159,8 @@ def pimphony_scaling(data: dict, sw: sweep.Sweep, progress: bool | None = None) 
     policies = sorted({step_policy(STEPS[s], asm) for s in steps})
     shapes = sorted({s for n in systems for s in kernel_shapes(model, SYSTEMS[n])},
                     key=Shape.key)
-    tables = calibrate(data["profile"], policies, shapes, asm, data["mode"], sw, progress)
+    slots = {s for n in systems for s in slot_shapes(model, SYSTEMS[n], asm)}
+    tables = calibrate(data["profile"], policies, shapes, asm, data["mode"], sw, progress, slots)
     sweeps = [("context", c, data["context_capacity_gb"]) for c in data["contexts"]]
     sweeps += [("capacity", data["capacity_context"], g) for g in data["capacities_gb"]]
     points = []
