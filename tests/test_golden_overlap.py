@@ -156,7 +156,7 @@ def test_neupims_schedule_by_hand():
     NeuPIMs schedule's segments, each the longest of the xPU's FLOPs and
     the channel (attention, then the reads that did not fit)."""
     cfg = load_profile()
-    asm = Assumptions(epu_lanes=1 << 30, xpu_bandwidth_tbs=1e9, link_gbs=1e12)
+    asm = Assumptions(epu_lanes=1 << 30, xpu_bandwidth_tbs=1e9, link_gbs=1e12, xpu_subbatches=2)
     lengths = np.array([256, 640])  # sub-batch 0 = [256], 1 = [640]
     r = decode_step(TINY, XPU, lengths, 1, 1, "tcp", LinearTimer(cfg, 2.0, 3), 1.0, asm)
     # per channel: 64 and 160 tokens -> 1 and 2 units per kernel, 2 KV heads
@@ -210,3 +210,27 @@ def test_neupims_never_slower_than_its_sub_batches_in_turn(seed):
                                off, sub=2)["step_s"] for h in (0, 1))
         assert inter["step_s"] <= turn * (1 + 1e-9)
         assert sum(inter["breakdown_s"].values()) == pytest.approx(inter["step_s"])
+        assert inter["interleaved"] == 1.0
+
+
+@pytest.mark.parametrize("pp", [1, 2])
+def test_auto_takes_the_faster_schedule_per_stage(pp):
+    """``xpu_subbatches = 0`` times each (micro-batch, stage) both ways and
+    keeps the faster: never slower than either, and with one stage
+    exactly the faster of the two. A compute-bound xPU beside long
+    attention interleaves; a weight-bound one at a small batch does not."""
+    from golden.system.reference import MODELS, SYSTEMS
+
+    model = MODELS["LLM-7B-32K"]
+    timer = KernelTimer(load_profile("gddr6-aim"))
+    lengths = np.array([30_000, 28_000, 31_000, 29_000, 27_000, 30_500] * 2)
+    for tflops, expect in ((0.5, 1.0), (256.0, 0.0)):
+        system = dataclasses.replace(SYSTEMS["xPU+PIM"], tflops=tflops)
+        got = {n: decode_step(model, system, lengths, 1, pp, "tcp", timer, 0.5,
+                              Assumptions(xpu_subbatches=n), sub=2) for n in (0, 1, 2)}
+        fastest = min(got[1]["step_s"], got[2]["step_s"])
+        assert got[0]["step_s"] <= fastest * (1 + 1e-9)
+        if pp == 1:
+            assert got[0]["step_s"] == pytest.approx(fastest, rel=1e-12)
+        assert got[0]["interleaved"] == expect, tflops
+        assert (got[1]["interleaved"], got[2]["interleaved"]) == (0.0, 1.0)

@@ -105,9 +105,10 @@ class Assumptions:
     gpu_bandwidth_efficiency: float = 0.8
     gpu_flops_efficiency: float = 0.6
     gpu_page_tokens: int = 16
-    #: xPU+PIM: NeuPIMs' sub-batches (REFERENCE.md: two, interleaved on
-    #: dual-row-buffer banks); 1 runs the batch's FC and attention in turn.
-    xpu_subbatches: int = 2
+    #: xPU+PIM: 2 runs NeuPIMs' two sub-batches interleaved on
+    #: dual-row-buffer banks (REFERENCE.md), always; 1 each micro-batch's
+    #: FC and attention in turn; 0 the faster of the two per stage.
+    xpu_subbatches: int = 0
 
 
 def channel_config(profile: str, policy: str, asm: Assumptions) -> ChannelConfig:
@@ -241,7 +242,7 @@ def kernel_shapes(model: Model, system: System) -> list[Shape]:
 def slot_shapes(model: Model, system: System, asm: Assumptions) -> list[Shape]:
     """The kernel shapes whose weight-read slots a system needs: the
     attention kernels of xPU+PIM under NeuPIMs' interleaving."""
-    if system.fc_on != "xpu" or asm.xpu_subbatches != 2:
+    if system.fc_on != "xpu" or asm.xpu_subbatches == 1:
         return []
     return [Shape("qkt", model.d_head, model.group), Shape("sv", model.d_head, model.group)]
 
@@ -355,8 +356,11 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
     (``module_channels``). TCP splits a pair's tokens over every profile
     channel; HFP places a pair on one Table IV channel and splits its
     tokens over that channel's ``sub`` profile channels, whose SV partial
-    sums the EPU then reduces. xPU+PIM with ``xpu_subbatches = 2`` runs
-    NeuPIMs' two interleaved sub-batches (``_stage_neupims``)."""
+    sums the EPU then reduces. xPU+PIM runs each micro-batch's FC and
+    attention in turn (``xpu_subbatches = 1``), or NeuPIMs' two interleaved
+    sub-batches (``_stage_neupims``; 2), or in each stage the faster of the
+    two (0). ``interleaved``: the share of (micro-batch, stage) pairs
+    interleaved."""
     if partition not in PARTITIONS:
         raise ConfigError(f"partition must be one of {', '.join(PARTITIONS)}, not {partition!r}")
     cfg = timer.cfg
@@ -371,43 +375,53 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
     for m in range(pp):
         reqs = np.arange(m, len(lengths), pp)
         b = len(reqs)
-        halves = [reqs[0::2], reqs[1::2]]
-        neupims = xpu and asm.xpu_subbatches == 2 and b >= 2
-        groups = halves if neupims else [reqs]
-        atts = [_attention(model, lengths[g], g, kvh, partition, timer, asm, ch_iv, sub, neupims)
-                for g in groups]
-        for a in atts:
-            if a is not None:
-                mac_total += a["mac"]
-                busy_total += a["busy"]
-        links = [2 * len(g) * model.d_model * 2 * (tp - 1) / tp / (asm.link_gbs * 1e9)
-                 if tp > 1 else 0.0 for g in groups]
-        if neupims:
-            stages.append(_stage_neupims(model, system, groups, atts, links, tp, ch, asm,
-                                         period, tck))
-        else:
-            comp = dict.fromkeys(COMPONENTS, 0.0)
-            a = atts[0]
-            if a is not None:
-                for k, v in a["labels"].items():
-                    comp[k] = v * tck
-            if b:
-                if xpu:
-                    fc = _fc_task(model, system, b, tp, ch, asm, ("pre", "post"))
-                    comp["fc"] = max(fc["flops_s"], fc["bytes_s"], fc["reads"] * period * tck)
-                else:
-                    for d_in, d_out in fc_matrices(model):
-                        sh = Shape("fc", d_in)
-                        lab = timer(sh, sh.units(cfg, -(-d_out // (tp * ch))))
-                        comp["fc"] += b * int(lab["cycles"]) * tck
-                        mac_total += b * ch * int(lab["mac"])
-                        busy_total += b * ch * int(lab["cycles"])
-                comp["link_io"] = links[0]
-            stages.append(lambda n, comp=comp: {k: v * n for k, v in comp.items()})
+        a = _attention(model, lengths[reqs], reqs, kvh, partition, timer, asm, ch_iv, sub, False)
+        if a is not None:
+            mac_total += a["mac"]
+            busy_total += a["busy"]
+        link = (2 * b * model.d_model * 2 * (tp - 1) / tp / (asm.link_gbs * 1e9)
+                if tp > 1 else 0.0)
+        comp = dict.fromkeys(COMPONENTS, 0.0)
+        if a is not None:
+            for k, v in a["labels"].items():
+                comp[k] = v * tck
+        if b:
+            if xpu:
+                fc = _fc_task(model, system, b, tp, ch, asm, ("pre", "post"))
+                comp["fc"] = max(fc["flops_s"], fc["bytes_s"], fc["reads"] * period * tck)
+            else:
+                for d_in, d_out in fc_matrices(model):
+                    sh = Shape("fc", d_in)
+                    lab = timer(sh, sh.units(cfg, -(-d_out // (tp * ch))))
+                    comp["fc"] += b * int(lab["cycles"]) * tck
+                    mac_total += b * ch * int(lab["mac"])
+                    busy_total += b * ch * int(lab["cycles"])
+            comp["link_io"] = link
+        def in_turn(n: int, comp: dict = comp) -> dict:
+            return {k: v * n for k, v in comp.items()}
+
+        inter = None
+        if xpu and asm.xpu_subbatches != 1 and b >= 2:  # NeuPIMs' two sub-batches
+            groups = [reqs[0::2], reqs[1::2]]
+            atts = [_attention(model, lengths[g], g, kvh, partition, timer, asm, ch_iv, sub,
+                               True) for g in groups]
+            links = [link * len(g) / b for g in groups]
+            inter = _stage_neupims(model, system, groups, atts, links, tp, ch, asm, period, tck)
+        stages.append((in_turn, inter))
         sizes.append(b)
     # t[m][s]: micro-batch m in stage s, plus the hand-off to the next stage
     hand_off = [b * model.d_model * 2 / (asm.link_gbs * 1e9) if pp > 1 else 0.0 for b in sizes]
-    parts = [[stages[m](n) for n in layers] for m in range(pp)]
+    parts, interleaved = [], 0
+    for in_turn, inter in stages:
+        row = []
+        for n in layers:
+            p = in_turn(n)
+            if inter is not None:
+                q = inter(n)
+                if asm.xpu_subbatches == 2 or sum(q.values()) < sum(p.values()):
+                    p, interleaved = q, interleaved + 1
+            row.append(p)
+        parts.append(row)
     t = np.array([[sum(p.values()) + hand_off[m] for p in row] for m, row in enumerate(parts)])
     step = pipeline_period(t)
     breakdown = {k: sum(p[k] for row in parts for p in row) / pp for k in COMPONENTS}
@@ -424,6 +438,7 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
         "tokens_per_s": len(lengths) / step if step else 0.0,
         "mac_utilization": mac_total / (channels * cycles) if cycles else 0.0,
         "channel_utilization": busy_total / (channels * cycles) if cycles else 0.0,
+        "interleaved": interleaved / (pp * pp),
         "breakdown_s": breakdown,
     }
 

@@ -90,7 +90,7 @@ RANGES = {
     "assumptions.gpu_bandwidth_efficiency": Range(0.01, 1),
     "assumptions.gpu_flops_efficiency": Range(0.01, 1),
     "assumptions.gpu_page_tokens": Range(1, 4096, unit="tokens"),
-    "assumptions.xpu_subbatches": Range(1, 2, unit="1: serial; 2: NeuPIMs' interleaving"),
+    "assumptions.xpu_subbatches": Range(0, 2, unit="0: the faster; 1: in turn; 2: interleaved"),
 }
 
 
