@@ -23,6 +23,7 @@ from golden.system.model import (
     decode_step,
     hfp_admit,
     hfp_channels,
+    hfp_kv_channels,
     kernel_shapes,
     kv_allocation,
     module_channels,
@@ -273,6 +274,40 @@ def test_hfp_admits_only_what_fits_in_each_pairs_channel():
     c = hfp_admit(m, lengths, "dpa", 128, pim, 8, 1)
     assert c["batch"] == 64  # 64 pairs of 2 MB over 32 channels: 4 MB per channel
     assert c["allocated_bytes"] == 64 * 1000 * m.kv_bytes_per_token
+
+
+def test_hfp_packed_weights_leave_whole_channels_to_the_kv():
+    """With the weights packed (xPU+PIM), a module's share of them fills
+    whole channels first; the pairs go round-robin to the rest, each of a
+    full Table IV channel's bytes, and no attention runs on a weight
+    channel. PIM-only keeps them spread (its FC GEMVs use every channel)."""
+    m = MODELS["LLM-7B-128K"]
+    xpu, pim = SYSTEMS["xPU+PIM"], SYSTEMS["PIM-only"]
+    packed = Assumptions(hfp_weights="packed", xpu_subbatches=1)
+    channel = xpu.module_gb * GB // xpu.channels_per_module  # 1 GB
+    weight_channels = -(-m.weight_bytes // (4 * channel))  # 4 modules of 32 GB at 128 GB
+    kv = hfp_kv_channels(m, xpu, 4, packed)
+    assert kv == xpu.channels_per_module - weight_channels == 28
+    assert hfp_kv_channels(m, pim, 8, packed) == pim.channels_per_module
+    assert hfp_kv_channels(m, xpu, 4, ASM) == xpu.channels_per_module
+    lengths = np.full(64, 1000)
+    a = hfp_admit(m, lengths, "dpa", 128, xpu, 4, 1, kv_channels=kv)
+    assert a["channel_bytes"] == channel
+    pair = 2 * m.layers * 1000 * m.d_head * 2
+    per_request = (m.kv_heads // 4) * pair  # 2 pairs of a request on 2 of the 28 channels
+    assert a["batch"] == 64 and 64 * per_request <= kv * channel
+    # the decode step puts no pair on the first weight_channels channels
+    cfg = load_profile()
+    r = decode_step(TINY, dataclasses.replace(XPU, module_gb=1), np.array([128] * 4), 1, 1,
+                    "hfp", LinearTimer(cfg), 1.0, packed)
+    spread = decode_step(TINY, dataclasses.replace(XPU, module_gb=1), np.array([128] * 4), 1,
+                         1, "hfp", LinearTimer(cfg), 1.0, dataclasses.replace(packed,
+                                                                             hfp_weights="spread"))
+    # TINY's weights take one whole channel of a 1 GB module's four (256 MB each)
+    assert hfp_kv_channels(TINY, dataclasses.replace(XPU, module_gb=1), 1, packed) == 3
+    # 8 pairs on 3 channels (3, 3, 2) against 4 channels (2 each): the busiest runs 3 pairs
+    assert r["breakdown_s"]["attention_mac"] == pytest.approx(
+        1.5 * spread["breakdown_s"]["attention_mac"])
 
 
 def test_hfp_study_points_report_the_channel_limit():

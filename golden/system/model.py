@@ -109,6 +109,11 @@ class Assumptions:
     #: dual-row-buffer banks (REFERENCE.md), always; 1 each micro-batch's
     #: FC and attention in turn; 0 the faster of the two per stage.
     xpu_subbatches: int = 0
+    #: Where the weights sit in an xPU+PIM module under HFP: ``spread``, an
+    #: even share in every channel; ``packed``, whole channels first, the
+    #: KV in the rest. PIM-only always spreads them (its FC GEMVs use every
+    #: channel).
+    hfp_weights: str = "spread"
 
 
 def channel_config(profile: str, policy: str, asm: Assumptions) -> ChannelConfig:
@@ -192,29 +197,53 @@ def hfp_channels(requests: np.ndarray, kvh: int, ch: int) -> np.ndarray:
     return idx % ch
 
 
+HFP_WEIGHTS = ("spread", "packed")
+
+
+def hfp_kv_channels(model: Model, system: System, modules: int, asm: Assumptions) -> int:
+    """Table IV channels of a module that hold KV under HFP: all of them with
+    the weights spread; with them packed (xPU+PIM), those the module's
+    share of the weights (``weight_bytes / modules``) leaves whole."""
+    if asm.hfp_weights not in HFP_WEIGHTS:
+        raise ConfigError(f"assumptions.hfp_weights must be one of {', '.join(HFP_WEIGHTS)}, "
+                          f"not {asm.hfp_weights!r}")
+    ch = system.channels_per_module
+    if asm.hfp_weights == "spread" or system.fc_on != "xpu":
+        return ch
+    channel = system.module_gb * GB // ch
+    return max(0, ch - -(-model.weight_bytes // (modules * channel)))
+
+
 def hfp_admit(model: Model, lengths: np.ndarray, scheme: str, capacity_gb: int,
-              system: System, tp: int, pp: int, window: int | None = None) -> dict:
+              system: System, tp: int, pp: int, window: int | None = None,
+              kv_channels: int | None = None) -> dict:
     """Requests admitted in draw order under HFP's placement: each (request,
     KV head) pair's K and V, for every layer of its stage, in the one channel
     the pair is mapped to (``hfp_channels``). A channel holds its share of
-    the KV capacity (the weights spread evenly over every channel); a
-    request is admitted while each channel it lands on still has room. A
-    pair larger than a channel can never be admitted."""
+    the KV capacity (the weights spread evenly over every channel); with
+    ``kv_channels`` (the weights packed) the pairs go to that many whole
+    channels. A request is admitted while each channel it lands on still
+    has room. A pair larger than a channel can never be admitted."""
     modules = capacity_gb // system.module_gb
     ch = system.channels_per_module  # Table IV's channels (a pair's sub-channels share it)
     kvh = model.kv_heads // tp
     stage_layers = model.layers // pp + (model.layers % pp > 0)  # the fullest stage binds
     kv_cap = capacity_gb * GB - model.weight_bytes
-    per_channel = kv_cap // (modules * ch) if kv_cap > 0 else 0
+    if kv_channels is None or kv_channels == ch:  # the weights spread over every channel
+        per_channel = kv_cap // (modules * ch) if kv_cap > 0 else 0
+    else:  # packed: the KV channels whole
+        ch = kv_channels
+        per_channel = (system.module_gb * GB // system.channels_per_module
+                       if ch and kv_cap > 0 else 0)
     tokens = np.full(len(lengths), window or model.window) if scheme == "static" else lengths
     pair = 2 * stage_layers * np.asarray(tokens, dtype=np.int64) * model.d_head * 2
     load = np.zeros(ch, dtype=np.int64)
     batch = 0
-    for r in range(len(lengths)):
+    for r in range(len(lengths) if per_channel > 0 else 0):
         where = hfp_channels(np.array([r]), kvh, ch)
         trial = load.copy()
         np.add.at(trial, where, pair[r])
-        if per_channel <= 0 or trial.max() > per_channel:
+        if trial.max() > per_channel:
             break
         load, batch = trial, r + 1
     live = int(lengths[:batch].sum()) * model.kv_bytes_per_token
@@ -266,7 +295,7 @@ _ATTENTION = (("attention_mac", "mac"), ("act_pre", "act_pre"), ("attention_io",
 
 def _attention(model: Model, lens: np.ndarray, requests: np.ndarray, kvh: int, partition: str,
                timer: KernelTimer, asm: Assumptions, ch_iv: int, sub: int,
-               slots: bool) -> dict | None:
+               slots: bool, kv_ch: int | None = None) -> dict | None:
     """One module's attention, per layer, for the requests ``requests``
     (indices in the batch; their lengths ``lens``), in channel cycles: the
     critical channel's ``labels``, the ``phase`` (the channel busy longest,
@@ -300,7 +329,8 @@ def _attention(model: Model, lens: np.ndarray, requests: np.ndarray, kvh: int, p
         uq, us = qk.units(cfg, tok), svs.units(cfg, tok)
         q, s = timer(qk, uq), timer(svs, us)
         epu = epu + (sub - 1) * model.group * model.d_head
-        where = hfp_channels(requests, kvh, ch_iv)
+        kv_ch = ch_iv if kv_ch is None else kv_ch  # the last kv_ch channels hold KV
+        where = hfp_channels(requests, kvh, kv_ch) + (ch_iv - kv_ch)
         per = {lab: np.bincount(where, q[lab] + s[lab], minlength=ch_iv)
                for lab in ("cycles", *(lab for _, lab in _ATTENTION))}
         epu_ch = np.bincount(where, epu, minlength=ch_iv) / asm.epu_lanes
@@ -371,11 +401,13 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
     layers = [model.layers // pp + (s < model.layers % pp) for s in range(pp)]
     xpu = system.fc_on == "xpu"
     period = timer.read_period() if xpu else 0.0
+    kv_ch = hfp_kv_channels(model, system, tp * pp, asm) if partition == "hfp" else None
     stages, mac_total, busy_total, sizes = [], 0, 0, []
     for m in range(pp):
         reqs = np.arange(m, len(lengths), pp)
         b = len(reqs)
-        a = _attention(model, lengths[reqs], reqs, kvh, partition, timer, asm, ch_iv, sub, False)
+        a = _attention(model, lengths[reqs], reqs, kvh, partition, timer, asm, ch_iv, sub, False,
+                       kv_ch)
         if a is not None:
             mac_total += a["mac"]
             busy_total += a["busy"]
@@ -404,7 +436,7 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
         if xpu and asm.xpu_subbatches != 1 and b >= 2:  # NeuPIMs' two sub-batches
             groups = [reqs[0::2], reqs[1::2]]
             atts = [_attention(model, lengths[g], g, kvh, partition, timer, asm, ch_iv, sub,
-                               True) for g in groups]
+                               True, kv_ch) for g in groups]
             links = [link * len(g) / b for g in groups]
             inter = _stage_neupims(model, system, groups, atts, links, tp, ch, asm, period, tck)
         stages.append((in_turn, inter))
@@ -517,7 +549,8 @@ def evaluate(model: Model, system: System, lengths: np.ndarray, capacity_gb: int
     results = []
     for tp, pp in options:
         # HFP: each pair's KV in its own channel, so the batch depends on the mapping
-        adm = (hfp_admit(model, lengths, step.kv, capacity_gb, system, tp, pp, window)
+        adm = (hfp_admit(model, lengths, step.kv, capacity_gb, system, tp, pp, window,
+                         hfp_kv_channels(model, system, modules, asm))
                if step.partition == "hfp" else pooled)
         r = decode_step(model, system, lengths[:adm["batch"]], tp, pp, step.partition, timer,
                         t_ck, asm, sub)
@@ -531,6 +564,7 @@ def evaluate(model: Model, system: System, lengths: np.ndarray, capacity_gb: int
                         "tokens_per_s": r["tokens_per_s"]} for r, _ in results]}
     if step.partition == "hfp":  # what HFP's placement admits against pooled capacity
         out["hfp"] = {"channel_gb": adm["channel_bytes"] / GB,
+                      "kv_channels": hfp_kv_channels(model, system, modules, asm),
                       "largest_pair_gb": adm["largest_pair_bytes"] / GB,
                       "pooled_batch": pooled["batch"]}
     return out
