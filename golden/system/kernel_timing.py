@@ -157,28 +157,32 @@ class KernelTimer:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
         self.cfg, self.mode = cfg, mode
         #: the channel without refresh (refresh is added on its own clock)
-        self.plain = cfg.replace(t_refi=0, t_rfc=0) if cfg.timing.t_refi else cfg
+        self.plain = overlap.without_refresh(cfg)
         self.table: dict[str, list[dict[str, int]]] = dict(table or {})
         self._exact: dict[tuple[str, int], dict[str, int]] = {}
 
     # -- calibration -------------------------------------------------------
 
+    def _cached(self, key: str, make):
+        """``self.table[key]``, else from the disk cache (keyed by the channel
+        model's source and the configuration), else ``make()``, stored in both."""
+        if key not in self.table:
+            disk = _disk_cache()
+            dk = f"{_source_digest()}|{config_key(self.cfg)}|{key}"
+            if disk is not None and dk in disk["entries"]:
+                self.table[key] = disk["entries"][dk]
+            else:
+                self.table[key] = make()
+                if disk is not None:
+                    disk["entries"][dk] = self.table[key]
+                    _disk_save(disk)
+        return self.table[key]
+
     def calibration(self, shape: Shape) -> dict:
         """Labels for 1 .. CALIBRATE[kind] units (``units``); with refresh
         also without it (``base``) and what one refresh adds to each label
         (``per_refresh``). Cached."""
-        k = shape.key()
-        if k not in self.table:
-            disk = _disk_cache()
-            dk = f"{_source_digest()}|{config_key(self.cfg)}|{k}"
-            if disk is not None and dk in disk["entries"]:
-                self.table[k] = disk["entries"][dk]
-            else:
-                self.table[k] = self._calibrate(shape)
-                if disk is not None:
-                    disk["entries"][dk] = self.table[k]
-                    _disk_save(disk)
-        return self.table[k]
+        return self._cached(shape.key(), lambda: self._calibrate(shape))
 
     def _calibrate(self, shape: Shape) -> dict:
         n = CALIBRATE[shape.kind]
@@ -208,19 +212,6 @@ class KernelTimer:
         return out
 
     # -- weight-read slots (golden.system.overlap) -------------------------
-
-    def _cached(self, key: str, make):
-        if key not in self.table:
-            disk = _disk_cache()
-            dk = f"{_source_digest()}|{config_key(self.cfg)}|{key}"
-            if disk is not None and dk in disk["entries"]:
-                self.table[key] = disk["entries"][dk]
-            else:
-                self.table[key] = make()
-                if disk is not None:
-                    disk["entries"][dk] = self.table[key]
-                    _disk_save(disk)
-        return self.table[key]
 
     def read_period(self) -> float:
         """Cycles per weight read with the channel to the reads alone."""

@@ -200,13 +200,17 @@ def hfp_channels(requests: np.ndarray, kvh: int, ch: int) -> np.ndarray:
 HFP_WEIGHTS = ("spread", "packed")
 
 
+def check_hfp_weights(asm: Assumptions) -> None:
+    if asm.hfp_weights not in HFP_WEIGHTS:
+        raise ConfigError(f"assumptions.hfp_weights must be one of {', '.join(HFP_WEIGHTS)}, "
+                          f"not {asm.hfp_weights!r}")
+
+
 def hfp_kv_channels(model: Model, system: System, modules: int, asm: Assumptions) -> int:
     """Table IV channels of a module that hold KV under HFP: all of them with
     the weights spread; with them packed (xPU+PIM), those the module's
     share of the weights (``weight_bytes / modules``) leaves whole."""
-    if asm.hfp_weights not in HFP_WEIGHTS:
-        raise ConfigError(f"assumptions.hfp_weights must be one of {', '.join(HFP_WEIGHTS)}, "
-                          f"not {asm.hfp_weights!r}")
+    check_hfp_weights(asm)
     ch = system.channels_per_module
     if asm.hfp_weights == "spread" or system.fc_on != "xpu":
         return ch
@@ -374,7 +378,7 @@ def _segment(fc: dict, att: dict | None, period: float, tck: float) -> tuple[flo
     else:
         phase = att["phase"]
         free = att["slots"] + (phase - att["load"]) / period
-        chan = phase + float(np.max(np.maximum(0.0, fc["reads"] - free))) * period
+        chan = float(np.max(overlap.segment_cycles(phase, free, fc["reads"], period)))
     return max(fc["flops_s"], fc["bytes_s"], chan * tck), phase * tck
 
 
@@ -420,7 +424,7 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
         if b:
             if xpu:
                 fc = _fc_task(model, system, b, tp, ch, asm, ("pre", "post"))
-                comp["fc"] = max(fc["flops_s"], fc["bytes_s"], fc["reads"] * period * tck)
+                comp["fc"] = _segment(fc, None, period, tck)[0]
             else:
                 for d_in, d_out in fc_matrices(model):
                     sh = Shape("fc", d_in)

@@ -55,14 +55,15 @@ READ_BYTES = LANES * 2
 PERIOD_ROWS = 2
 
 
-def _plain(cfg: ChannelConfig) -> ChannelConfig:
+def without_refresh(cfg: ChannelConfig) -> ChannelConfig:
+    """The channel with refresh off (refresh is added on its own clock)."""
     return cfg.replace(t_refi=0, t_rfc=0) if cfg.timing.t_refi else cfg
 
 
 def pim_trace(cfg: ChannelConfig, kernel: Kernel) -> tuple[list[tuple[int, str]], int]:
     """``([(cycle, kind)], cycles)`` of ``kernel`` run alone on the channel
     without refresh, each command as its constraint kind."""
-    r = ChannelModel(_plain(cfg)).run(kernel.commands, kernel.wdata)
+    r = ChannelModel(without_refresh(cfg)).run(kernel.commands, kernel.wdata)
     return [(e.cycle, kind_of(e.opcode)) for e in r.trace], r.cycles
 
 

@@ -206,15 +206,13 @@ def load(study: str, path: str | None = None, sets=()) -> dict:
 
 
 def assumptions(data: dict) -> Assumptions:
-    from golden.system.model import HFP_WEIGHTS, POLICY_BASELINES
+    from golden.system.model import POLICY_BASELINES, check_hfp_weights
 
     asm = Assumptions(**data["assumptions"])
     if asm.baseline_policy not in POLICY_BASELINES:
         raise ConfigError(f"assumptions.baseline_policy must be one of "
                           f"{', '.join(POLICY_BASELINES)}, not {asm.baseline_policy!r}")
-    if asm.hfp_weights not in HFP_WEIGHTS:
-        raise ConfigError(f"assumptions.hfp_weights must be one of {', '.join(HFP_WEIGHTS)}, "
-                          f"not {asm.hfp_weights!r}")
+    check_hfp_weights(asm)
     return asm
 
 
