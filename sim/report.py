@@ -125,6 +125,12 @@ def _plot_pimphony(result: dict, out: Path) -> list[str]:
     return files
 
 
+def _option_label(o: dict) -> str:
+    """``TPxPP``, and ``/k`` where ``k`` stages share a module."""
+    k = o.get("stages_per_module", 1)
+    return f"{o['tp']}x{o['pp']}" + (f"/{k}" if k > 1 else "")
+
+
 def _plot_parallel(plt, rows, groups, systems, steps, out: Path) -> str:
     """The TP/PP sweep: tokens/s of every (tp, pp) option, one panel per
     (model, dataset) and system, one line per step."""
@@ -138,7 +144,7 @@ def _plot_parallel(plt, rows, groups, systems, steps, out: Path) -> str:
                           and (r["model"], r["dataset"]) == g), None)
                 if r is None:
                     continue
-                ax.plot([f"{o['tp']}x{o['pp']}" for o in r["options"]],
+                ax.plot([_option_label(o) for o in r["options"]],
                         [o["tokens_per_s"] for o in r["options"]], marker="o", label=step)
             ax.set_title(f"{g[0]} {g[1]}, {system}", fontsize=8)
             ax.set_xlabel("TP x PP", fontsize=7)

@@ -61,7 +61,7 @@ from golden.config import ChannelConfig, ConfigError, load_profile, load_profile
 from golden.isa import LANES
 from golden.system import overlap, sweep
 from golden.system.kernel_timing import MODES, KernelTimer, Shape
-from golden.system.reference import CHUNK_BYTES, GB, Gpu, Model, System
+from golden.system.reference import CHUNK_BYTES, CXL, GB, Gpu, Model, System
 
 PARTITIONS = ("hfp", "tcp")
 KV_SCHEMES = ("static", "dpa")
@@ -114,6 +114,12 @@ class Assumptions:
     #: KV in the rest. PIM-only always spreads them (its FC GEMVs use every
     #: channel).
     hfp_weights: str = "spread"
+    #: PIM-only (CENT-like): lanes of a module's CXL port (CENT's simulator:
+    #: 144 lanes over 32 devices, x4 each) and FLOPs per element of a
+    #: vector operation (softmax, reduction, RMSNorm, RoPE, SiLU, residual)
+    #: on its near-memory processors.
+    cxl_lanes: int = 4
+    pnm_flops_per_element: float = 4.0
 
 
 def channel_config(profile: str, policy: str, asm: Assumptions) -> ChannelConfig:
@@ -187,6 +193,77 @@ def module_channels(system: System, cfg: ChannelConfig, t_ck_ns: float) -> Modul
                           timed * cfg.banks * cfg.rows * cfg.cols * LANES * 2 / GB)
 
 
+@dataclass(frozen=True)
+class Link:
+    """What joins the modules: ``gbs`` per module port, a hop's round trip
+    ``hop_s`` per transfer, and ``flit_bytes`` on the wire for every
+    ``flit_payload`` bytes carried."""
+
+    gbs: float
+    hop_s: float = 0.0
+    flit_bytes: int = 1
+    flit_payload: int = 1
+
+    def transfer_s(self, n: int) -> float:
+        """``n`` bytes from one module to another."""
+        if n <= 0:
+            return 0.0
+        return self.hop_s + -(-int(n) // self.flit_payload) * self.flit_bytes / (self.gbs * 1e9)
+
+    def all_gather_s(self, n: int, parts: int) -> float:
+        """Each of ``parts`` modules gathers the others' shares of an
+        ``n``-byte vector: ``parts - 1`` shares through its port."""
+        if parts <= 1 or n <= 0:
+            return 0.0
+        flits = (parts - 1) * -(-int(n) // (parts * self.flit_payload))
+        return self.hop_s + flits * self.flit_bytes / (self.gbs * 1e9)
+
+
+LINKS = ("link", "cxl")
+
+
+def system_link(system: System, asm: Assumptions) -> Link:
+    """A system's module link: CENT's CXL (:data:`golden.system.reference.CXL`,
+    ``cxl_lanes`` lanes a port) or a plain link of ``link_gbs``."""
+    if system.link == "cxl":
+        return Link(asm.cxl_lanes * CXL.lane_gbs, CXL.hop_ns * 1e-9, CXL.flit_bytes,
+                    CXL.flit_payload)
+    if system.link != "link":
+        raise ConfigError(f"system {system.name}: link must be one of {', '.join(LINKS)}, "
+                          f"not {system.link!r}")
+    return Link(asm.link_gbs)
+
+
+def vector_rate(system: System, asm: Assumptions, t_ck_ns: float) -> float:
+    """Vector elements a module's vector unit takes per channel cycle: the
+    HUB's EPU (``epu_lanes``) or the near-memory processors (``tflops`` at
+    ``pnm_flops_per_element``)."""
+    if system.vector_on == "pnm":
+        return system.tflops * 1e12 / asm.pnm_flops_per_element * t_ck_ns * 1e-9
+    if system.vector_on != "hub":
+        raise ConfigError(f"system {system.name}: vector_on must be hub or pnm, "
+                          f"not {system.vector_on!r}")
+    return float(asm.epu_lanes)
+
+
+def layer_vector_elements(model: Model, tp: int) -> int:
+    """Vector elements of one request's decoder layer on one module besides
+    attention: two RMSNorms and two residual adds over ``d_model`` (each
+    module of a TP group holds the whole gathered vector), RoPE over its
+    queries and keys, SiLU and the gate product over its ``d_ff`` share."""
+    rope = (model.heads + model.kv_heads) * model.d_head // tp
+    return 4 * model.d_model + rope + 2 * model.d_ff // tp
+
+
+def stage_splits(system: System) -> tuple[int, ...]:
+    """Pipeline stages a module can hold, each on its own share of the
+    module's channels (CENT's mapping of transformer blocks to channel
+    groups): any divisor of the channel count where the FC layers run on
+    PIM; one where the xPU serves the whole module."""
+    ch = system.channels_per_module
+    return tuple(k for k in range(1, ch + 1) if ch % k == 0) if system.fc_on == "pim" else (1,)
+
+
 def hfp_channels(requests: np.ndarray, kvh: int, ch: int) -> np.ndarray:
     """HFP placement: the channel of each (request, KV head) pair of a
     module, request-major (``requests`` are the requests' indices in the
@@ -220,21 +297,25 @@ def hfp_kv_channels(model: Model, system: System, modules: int, asm: Assumptions
 
 def hfp_admit(model: Model, lengths: np.ndarray, scheme: str, capacity_gb: int,
               system: System, tp: int, pp: int, window: int | None = None,
-              kv_channels: int | None = None) -> dict:
+              kv_channels: int | None = None, k: int = 1) -> dict:
     """Requests admitted in draw order under HFP's placement: each (request,
     KV head) pair's K and V, for every layer of its stage, in the one channel
     the pair is mapped to (``hfp_channels``). A channel holds its share of
     the KV capacity (the weights spread evenly over every channel); with
     ``kv_channels`` (the weights packed) the pairs go to that many whole
     channels. A request is admitted while each channel it lands on still
-    has room. A pair larger than a channel can never be admitted."""
+    has room. A pair larger than a channel can never be admitted. With
+    ``k`` stages per module a pair goes to one of its stage's ``channels /
+    k`` channels."""
     modules = capacity_gb // system.module_gb
     ch = system.channels_per_module  # Table IV's channels (a pair's sub-channels share it)
+    stage_ch = ch // k
     kvh = model.kv_heads // tp
     stage_layers = model.layers // pp + (model.layers % pp > 0)  # the fullest stage binds
     kv_cap = capacity_gb * GB - model.weight_bytes
     if kv_channels is None or kv_channels == ch:  # the weights spread over every channel
         per_channel = kv_cap // (modules * ch) if kv_cap > 0 else 0
+        ch = stage_ch
     else:  # packed: the KV channels whole
         ch = kv_channels
         per_channel = (system.module_gb * GB // system.channels_per_module
@@ -290,22 +371,32 @@ def parallel_options(model: Model, modules: int) -> list[tuple[int, int]]:
     return out
 
 
+def stage_options(model: Model, system: System, modules: int) -> list[tuple[int, int, int]]:
+    """(tp, pp, k): ``parallel_options`` with ``k`` stages in each module
+    (:func:`stage_splits`), ``pp = modules / tp x k`` at most the layer
+    count."""
+    return [(tp, pp * k, k) for tp, pp in parallel_options(model, modules)
+            for k in stage_splits(system) if pp * k <= model.layers]
+
+
 COMPONENTS = ("fc", "attention_mac", "attention_io", "act_pre", "attention_mode", "refresh",
-              "reduction", "link_io")
+              "reduction", "vector", "link_io")
 #: attention components <- kernel cycle labels (golden.system.kernel_timing)
 _ATTENTION = (("attention_mac", "mac"), ("act_pre", "act_pre"), ("attention_io", "io"),
               ("attention_mode", "mode"), ("refresh", "refresh"))
 
 
 def _attention(model: Model, lens: np.ndarray, requests: np.ndarray, kvh: int, partition: str,
-               timer: KernelTimer, asm: Assumptions, ch_iv: int, sub: int,
+               timer: KernelTimer, rate: float, ch_iv: int, sub: int,
                slots: bool, kv_ch: int | None = None) -> dict | None:
     """One module's attention, per layer, for the requests ``requests``
     (indices in the batch; their lengths ``lens``), in channel cycles: the
     critical channel's ``labels``, the ``phase`` (the channel busy longest,
-    with the EPU), MAC and busy profile-channel-cycles, and per Table IV
-    channel its PIM ``load`` and, with ``slots``, the weight reads that fit
-    beside that load (:mod:`golden.system.overlap`)."""
+    with the vector unit at ``rate`` elements a cycle, :func:`vector_rate`),
+    the vector unit's busy cycles ``vector``, MAC and busy
+    profile-channel-cycles, and per Table IV channel its PIM ``load`` and,
+    with ``slots``, the weight reads that fit beside that load
+    (:mod:`golden.system.overlap`)."""
     if not len(lens):
         return None
     cfg = timer.cfg
@@ -321,7 +412,7 @@ def _attention(model: Model, lens: np.ndarray, requests: np.ndarray, kvh: int, p
         epu = epu + (ch - 1) * model.group * model.d_head
         for name, lab in _ATTENTION:
             labels[name] = float(q[lab].sum() + s[lab].sum())
-        labels["reduction"] = float(epu.sum()) / asm.epu_lanes
+        labels["reduction"] = float(epu.sum()) / rate
         kernels = float(q["cycles"].sum() + s["cycles"].sum())
         phase, load = kernels + labels["reduction"], np.array([kernels])
         kslots = (np.array([timer.slots(qk, uq).sum() + timer.slots(svs, us).sum()])
@@ -337,7 +428,7 @@ def _attention(model: Model, lens: np.ndarray, requests: np.ndarray, kvh: int, p
         where = hfp_channels(requests, kvh, kv_ch) + (ch_iv - kv_ch)
         per = {lab: np.bincount(where, q[lab] + s[lab], minlength=ch_iv)
                for lab in ("cycles", *(lab for _, lab in _ATTENTION))}
-        epu_ch = np.bincount(where, epu, minlength=ch_iv) / asm.epu_lanes
+        epu_ch = np.bincount(where, epu, minlength=ch_iv) / rate
         crit = int(np.argmax(per["cycles"] + epu_ch))
         phase = max(float(per["cycles"][crit] + epu_ch[crit]), float(epu_ch.sum()))
         for name, lab in _ATTENTION:
@@ -348,7 +439,7 @@ def _attention(model: Model, lens: np.ndarray, requests: np.ndarray, kvh: int, p
                               minlength=ch_iv) if slots else None)
         mac, busy = sub * int(per["mac"].sum()), sub * int(per["cycles"].sum())
     return {"labels": labels, "phase": phase, "load": load, "slots": kslots, "mac": mac,
-            "busy": busy}
+            "busy": busy, "vector": float(epu.sum()) / rate}
 
 
 def _fc_task(model: Model, system: System, b: int, tp: int, ch: int, asm: Assumptions,
@@ -384,44 +475,59 @@ def _segment(fc: dict, att: dict | None, period: float, tck: float) -> tuple[flo
 
 def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: int,
                 partition: str, timer: KernelTimer, t_ck_ns: float, asm: Assumptions,
-                sub: int = 1) -> dict:
-    """One decode step of the batch ``lengths`` on ``tp x pp`` modules, each
-    of Table IV's channels made of ``sub`` profile channels
+                sub: int = 1, k: int = 1) -> dict:
+    """One decode step of the batch ``lengths`` on ``tp x pp / k`` modules,
+    each of Table IV's channels made of ``sub`` profile channels
     (``module_channels``). TCP splits a pair's tokens over every profile
-    channel; HFP places a pair on one Table IV channel and splits its
-    tokens over that channel's ``sub`` profile channels, whose SV partial
-    sums the EPU then reduces. xPU+PIM runs each micro-batch's FC and
-    attention in turn (``xpu_subbatches = 1``), or NeuPIMs' two interleaved
-    sub-batches (``_stage_neupims``; 2), or in each stage the faster of the
-    two (0). ``interleaved``: the share of (micro-batch, stage) pairs
-    interleaved."""
+    channel of its stage; HFP places a pair on one Table IV channel and
+    splits its tokens over that channel's ``sub`` profile channels, whose
+    SV partial sums the vector unit then reduces. xPU+PIM runs each
+    micro-batch's FC and attention in turn (``xpu_subbatches = 1``), or
+    NeuPIMs' two interleaved sub-batches (``_stage_neupims``; 2), or in
+    each stage the faster of the two (0). ``interleaved``: the share of
+    (micro-batch, stage) pairs interleaved.
+
+    ``k`` pipeline stages share each module (:func:`stage_splits`, CENT's
+    mapping), each on ``channels / k`` of its Table IV channels: stage
+    ``s`` is on module ``s // k`` of its TP group. A hand-off between two
+    stages of one module stays in the module; one between modules crosses
+    the link (:func:`system_link`). A module's stages share its vector
+    unit and its link port, so the step lasts at least the busier one's
+    time (``bound`` names what sets the step)."""
     if partition not in PARTITIONS:
         raise ConfigError(f"partition must be one of {', '.join(PARTITIONS)}, not {partition!r}")
+    if k < 1 or system.channels_per_module % k or pp % k:
+        raise ConfigError(f"{k} stages per module must divide its {system.channels_per_module} "
+                          f"channels and the {pp} stages")
     cfg = timer.cfg
-    ch_iv = system.channels_per_module
-    ch = ch_iv * sub  # profile channels per module
+    ch_iv = system.channels_per_module // k  # Table IV channels of one stage
+    ch = ch_iv * sub  # profile channels of one stage
     tck = t_ck_ns * 1e-9
     kvh = model.kv_heads // tp
     layers = [model.layers // pp + (s < model.layers % pp) for s in range(pp)]
     xpu = system.fc_on == "xpu"
     period = timer.read_period() if xpu else 0.0
-    kv_ch = hfp_kv_channels(model, system, tp * pp, asm) if partition == "hfp" else None
-    stages, mac_total, busy_total, sizes = [], 0, 0, []
+    rate = vector_rate(system, asm, t_ck_ns)
+    lk = system_link(system, asm)
+    kv_ch = (min(ch_iv, hfp_kv_channels(model, system, tp * pp // k, asm))
+             if partition == "hfp" else None)
+    stages, mac_total, busy_total, sizes, vec, port = [], 0, 0, [], [], []
     for m in range(pp):
         reqs = np.arange(m, len(lengths), pp)
         b = len(reqs)
-        a = _attention(model, lengths[reqs], reqs, kvh, partition, timer, asm, ch_iv, sub, False,
-                       kv_ch)
+        a = _attention(model, lengths[reqs], reqs, kvh, partition, timer, rate, ch_iv, sub,
+                       False, kv_ch)
         if a is not None:
             mac_total += a["mac"]
             busy_total += a["busy"]
-        link = (2 * b * model.d_model * 2 * (tp - 1) / tp / (asm.link_gbs * 1e9)
-                if tp > 1 else 0.0)
+        link = 2 * lk.all_gather_s(b * model.d_model * 2, tp)
         comp = dict.fromkeys(COMPONENTS, 0.0)
         if a is not None:
-            for k, v in a["labels"].items():
-                comp[k] = v * tck
+            for name, v in a["labels"].items():
+                comp[name] = v * tck
         if b:
+            if system.vector_on == "pnm":  # the layer's other vector operations
+                comp["vector"] = b * layer_vector_elements(model, tp) / rate * tck
             if xpu:
                 fc = _fc_task(model, system, b, tp, ch, asm, ("pre", "post"))
                 comp["fc"] = _segment(fc, None, period, tck)[0]
@@ -433,20 +539,25 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
                     mac_total += b * ch * int(lab["mac"])
                     busy_total += b * ch * int(lab["cycles"])
             comp["link_io"] = link
+        vec.append((a["vector"] * tck if a is not None else 0.0) + comp["vector"])
+        port.append(link)
+
         def in_turn(n: int, comp: dict = comp) -> dict:
-            return {k: v * n for k, v in comp.items()}
+            return {name: v * n for name, v in comp.items()}
 
         inter = None
         if xpu and asm.xpu_subbatches != 1 and b >= 2:  # NeuPIMs' two sub-batches
             groups = [reqs[0::2], reqs[1::2]]
-            atts = [_attention(model, lengths[g], g, kvh, partition, timer, asm, ch_iv, sub,
+            atts = [_attention(model, lengths[g], g, kvh, partition, timer, rate, ch_iv, sub,
                                True, kv_ch) for g in groups]
-            links = [link * len(g) / b for g in groups]
+            links = [2 * lk.all_gather_s(len(g) * model.d_model * 2, tp) for g in groups]
             inter = _stage_neupims(model, system, groups, atts, links, tp, ch, asm, period, tck)
         stages.append((in_turn, inter))
         sizes.append(b)
     # t[m][s]: micro-batch m in stage s, plus the hand-off to the next stage
-    hand_off = [b * model.d_model * 2 / (asm.link_gbs * 1e9) if pp > 1 else 0.0 for b in sizes]
+    # where that stage is on another module
+    hand_off = [lk.transfer_s(b * model.d_model * 2) for b in sizes]
+    cross = [s // k != ((s + 1) % pp) // k for s in range(pp)]
     parts, interleaved = [], 0
     for in_turn, inter in stages:
         row = []
@@ -458,10 +569,19 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
                     p, interleaved = q, interleaved + 1
             row.append(p)
         parts.append(row)
-    t = np.array([[sum(p.values()) + hand_off[m] for p in row] for m, row in enumerate(parts)])
-    step = pipeline_period(t)
-    breakdown = {k: sum(p[k] for row in parts for p in row) / pp for k in COMPONENTS}
-    breakdown["link_io"] += sum(hand_off)  # per stage, summed over stages / pp
+    t = np.array([[sum(p.values()) + hand_off[m] * cross[s] for s, p in enumerate(row)]
+                  for m, row in enumerate(parts)])
+    # what a module's stages share: its vector unit and its link port
+    shared = {"vector": 0.0, "link": 0.0}
+    for first in range(0, pp, k):
+        mine = range(first, first + k)
+        shared["vector"] = max(shared["vector"], sum(v * layers[s] for v in vec for s in mine))
+        shared["link"] = max(shared["link"], sum(
+            port[m] * layers[s] + hand_off[m] * cross[s] for m in range(pp) for s in mine))
+    step, bound = max([(pipeline_period(t), "pipeline"), *((v, n) for n, v in shared.items())],
+                      key=lambda vb: vb[0])
+    breakdown = {name: sum(p[name] for row in parts for p in row) / pp for name in COMPONENTS}
+    breakdown["link_io"] += sum(hand_off[m] * cross[s] for m in range(pp) for s in range(pp)) / pp
     breakdown["pipeline_bubbles"] = step - sum(breakdown.values())
     channels = tp * pp * ch
     cycles = step / tck if step else 0.0
@@ -469,8 +589,8 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
     mac_total *= tp * model.layers
     busy_total *= tp * model.layers
     return {
-        "tp": tp, "pp": pp, "batch": int(len(lengths)),
-        "step_s": step,
+        "tp": tp, "pp": pp, "stages_per_module": k, "batch": int(len(lengths)),
+        "step_s": step, "bound": bound,
         "tokens_per_s": len(lengths) / step if step else 0.0,
         "mac_utilization": mac_total / (channels * cycles) if cycles else 0.0,
         "channel_utilization": busy_total / (channels * cycles) if cycles else 0.0,
@@ -544,28 +664,30 @@ def evaluate(model: Model, system: System, lengths: np.ndarray, capacity_gb: int
     if modules < 1 or capacity_gb % system.module_gb:
         raise ConfigError(f"capacity {capacity_gb} GB is not a whole number of "
                           f"{system.module_gb} GB {system.name} modules")
-    options = parallel_options(model, modules)
+    options = stage_options(model, system, modules)
     if not options:
         raise ConfigError(f"{model.name}: no tp x pp = {modules} modules with tp dividing "
                           f"{model.kv_heads} KV heads")
     pooled = admit(model, lengths, step.kv, capacity_gb, asm.chunk_bytes, window)
     sub = module_channels(system, timer.cfg, t_ck).sub_channels
     results = []
-    for tp, pp in options:
+    for tp, pp, k in options:
         # HFP: each pair's KV in its own channel, so the batch depends on the mapping
         adm = (hfp_admit(model, lengths, step.kv, capacity_gb, system, tp, pp, window,
-                         hfp_kv_channels(model, system, modules, asm))
+                         hfp_kv_channels(model, system, modules, asm), k)
                if step.partition == "hfp" else pooled)
         r = decode_step(model, system, lengths[:adm["batch"]], tp, pp, step.partition, timer,
-                        t_ck, asm, sub)
+                        t_ck, asm, sub, k)
         results.append((r, adm))
-    best, adm = max(results, key=lambda ra: (ra[0]["tokens_per_s"], -ra[0]["tp"]))
+    best, adm = max(results, key=lambda ra: (ra[0]["tokens_per_s"], -ra[0]["tp"],
+                                             -ra[0]["stages_per_module"]))
     out = {**best, "modules": modules, "weights_fit": adm["kv_capacity_bytes"] > 0,
            "capacity_utilization": adm["live_bytes"] / adm["kv_capacity_bytes"]
            if adm["kv_capacity_bytes"] > 0 else 0.0,
            "allocated_gb": adm["allocated_bytes"] / GB,
-           "options": [{"tp": r["tp"], "pp": r["pp"], "batch": r["batch"],
-                        "tokens_per_s": r["tokens_per_s"]} for r, _ in results]}
+           "options": [{"tp": r["tp"], "pp": r["pp"], "stages_per_module": r["stages_per_module"],
+                        "batch": r["batch"], "tokens_per_s": r["tokens_per_s"]}
+                       for r, _ in results]}
     if step.partition == "hfp":  # what HFP's placement admits against pooled capacity
         out["hfp"] = {"channel_gb": adm["channel_bytes"] / GB,
                       "kv_channels": hfp_kv_channels(model, system, modules, asm),

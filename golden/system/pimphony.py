@@ -32,7 +32,9 @@ from golden.system.model import (
     kernel_shapes,
     module_channels,
     slot_shapes,
+    stage_splits,
     step_policy,
+    system_link,
     t_ck_ns,
 )
 from golden.system.reference import DATASETS, GPUS, MODELS, SYSTEMS, Model
@@ -60,7 +62,9 @@ def _modules(data: dict, systems: list[str], asm: Assumptions, t_ck: float) -> d
                      "internal_tbs": _r(mc.internal_tbs), "table_iv_internal_tbs":
                      system.internal_tbs, "profile_gb": _r(mc.profile_gb),
                      "module_gb": system.module_gb, "tflops": system.tflops,
-                     "fc_on": system.fc_on}
+                     "fc_on": system.fc_on, "vector_on": system.vector_on,
+                     "link": vars(system_link(system, asm)),
+                     "stage_splits": list(stage_splits(system))}
     return out
 
 
@@ -70,8 +74,7 @@ def _result(r: dict) -> dict:
     out["breakdown_s"] = {k: _r(v) for k, v in r["breakdown_s"].items()}
     out["breakdown_share"] = {k: _r(v / r["step_s"]) if r["step_s"] else 0.0
                               for k, v in r["breakdown_s"].items()}
-    out["options"] = [{"tp": o["tp"], "pp": o["pp"], "batch": o["batch"],
-                       "tokens_per_s": _r(o["tokens_per_s"])} for o in r["options"]]
+    out["options"] = [{**o, "tokens_per_s": _r(o["tokens_per_s"])} for o in r["options"]]
     if "hfp" in r:
         out["hfp"] = {k: _r(v) if isinstance(v, float) else v for k, v in r["hfp"].items()}
     return out

@@ -95,7 +95,11 @@ DATASETS = {d.task: d for d in [
 class System:
     """One PIM module of a system (Table IV). ``fc_on``: where the FC
     layers run (``xpu``: the matrix units; ``pim``: GEMVs on the PIM
-    channels, CENT-like)."""
+    channels, CENT-like). ``vector_on``: where softmax, the SV reduction
+    and the other vector operations run (``hub``: the HUB's EPU;
+    ``pnm``: the module's near-memory processors at ``tflops``).
+    ``link``: what joins the modules (``link``: a plain link of
+    ``assumptions.link_gbs``; ``cxl``: the CXL link of :data:`CXL`)."""
 
     name: str
     module_gb: int
@@ -104,14 +108,39 @@ class System:
     internal_tbs: float
     fc_on: str
     note: str
+    vector_on: str = "hub"
+    link: str = "link"
 
 
 SYSTEMS = {s.name: s for s in [
     System("xPU+PIM", 32, 32, 256.0, 32.0, "xpu",
            "NeuPIMs-like: 8 matrix units (256 TFLOPS), 32 TB/s internal"),
     System("PIM-only", 16, 32, 3.0, 16.0, "pim",
-           "CENT-like: near-memory compute 3 TFLOPS, 16 TB/s internal"),
+           "CENT-like: near-memory compute 3 TFLOPS, 16 TB/s internal, CXL", "pnm", "cxl"),
 ]}
+
+
+@dataclass(frozen=True)
+class Cxl:
+    """The CXL link that joins CENT-like modules (CENT: CXL 3.0 devices
+    behind a CXL switch). A transfer of ``n`` bytes takes one hop's round
+    trip plus its flits at the port's bandwidth (``golden.system.model.
+    Link``). The port's lane count is a scenario key
+    (``assumptions.cxl_lanes``)."""
+
+    lane_gbs: float  # per lane and direction
+    hop_ns: float  # one switch hop's round trip
+    flit_bytes: int
+    flit_payload: int
+    source: str
+
+
+CXL = Cxl(8.0, 180.0, 256, 192,
+          "CXL 3.0 runs on the PCIe 6.0 PHY: 64 GT/s, 8 GB/s per lane and direction. "
+          "CENT's simulator (github.com/Yufeng98/CENT, cent_simulation/cxl_latency.py): a "
+          "hop's round trip of 4 CXL ports x 25 ns + 2 PCIe PHYs x 30 ns + the switch's 20 ns "
+          "= 180 ns; 256 B port-based-routing flits of 3 64 B messages; 144 lanes over 32 "
+          "devices, x4 each (run_sim.py)")
 
 @dataclass(frozen=True)
 class Gpu:

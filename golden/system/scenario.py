@@ -91,6 +91,8 @@ RANGES = {
     "assumptions.gpu_flops_efficiency": Range(0.01, 1),
     "assumptions.gpu_page_tokens": Range(1, 4096, unit="tokens"),
     "assumptions.xpu_subbatches": Range(0, 2, unit="0: the faster; 1: in turn; 2: interleaved"),
+    "assumptions.cxl_lanes": Range(1, 64, unit="lanes per CXL port"),
+    "assumptions.pnm_flops_per_element": Range(0.01, 1e3, unit="FLOPs"),
 }
 
 
