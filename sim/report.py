@@ -147,7 +147,8 @@ def _plot_parallel(plt, rows, groups, systems, steps, out: Path) -> str:
                 ax.plot([_option_label(o) for o in r["options"]],
                         [o["tokens_per_s"] for o in r["options"]], marker="o", label=step)
             ax.set_title(f"{g[0]} {g[1]}, {system}", fontsize=8)
-            ax.set_xlabel("TP x PP", fontsize=7)
+            ax.set_xlabel("TP x PP (/k: k stages a module)", fontsize=7)
+            ax.tick_params(axis="x", labelrotation=90, labelsize=6)
             ax.set_ylabel("tokens/s", fontsize=7)
             ax.legend(fontsize=6)
     return _save(plt, fig, out / "pimphony-parallel.png")
