@@ -502,7 +502,7 @@ STUDIES = {"gemv": cmd_gemv, "dcs-utilization": cmd_dcs_utilization,
            "dpa-program-size": cmd_dpa_program_size, "dpa-capacity": cmd_dpa_capacity,
            "sherpa": cmd_sherpa, "hetero-training": cmd_hetero_training, "jitq": cmd_jitq,
            "pimphony": cmd_system_study, "pimphony-scaling": cmd_system_study,
-           "pimphony-gpu": cmd_system_study,
+           "pimphony-gpu": cmd_system_study, "pimphony-serving": cmd_system_study,
            "tcp-activation": cmd_system_study, "librapim": cmd_system_study}
 
 
@@ -520,7 +520,7 @@ STUDY_OPTIONS = {
     "hetero-training": {"json", "offload_fraction", "steps", "workloads"},
     "jitq": {"json", "models"},
     **{s: _SYSTEM_OPTIONS for s in ("pimphony", "pimphony-scaling", "pimphony-gpu",
-                                    "tcp-activation", "librapim")},
+                                    "pimphony-serving", "tcp-activation", "librapim")},
 }
 
 

@@ -74,7 +74,8 @@ def plot(result: dict, out_dir: str) -> list[str]:
 
         raise ConfigError(f"--plot {out_dir}: {e.strerror or e}") from None
     return {"pimphony": _plot_pimphony, "pimphony-scaling": _plot_scaling,
-            "pimphony-gpu": _plot_gpu, "tcp-activation": _plot_tcp,
+            "pimphony-gpu": _plot_gpu, "pimphony-serving": _plot_serving,
+            "tcp-activation": _plot_tcp,
             "librapim": _plot_librapim}[result["study"]](result, out)
 
 
@@ -172,6 +173,29 @@ def _plot_gpu(result: dict, out: Path) -> list[str]:
     ax.set_ylabel(f"tokens/s over {result['gpu']['name']} GPUs")
     ax.legend(fontsize=7)
     return [_save(plt, fig, out / "pimphony-gpu.png")]
+
+
+def _plot_serving(result: dict, out: Path) -> list[str]:
+    """Served tokens/s per (model, dataset), one bar per system and step,
+    with the snapshot step's tokens/s as a marker."""
+    plt = _pyplot()
+    rows = result["rows"]
+    groups = list(dict.fromkeys((r["model"], r["dataset"]) for r in rows))
+    series = list(dict.fromkeys((r["system"], r["step"]) for r in rows))
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(groups)), 4))
+    width = 0.8 / max(1, len(series))
+    for i, (system, step) in enumerate(series):
+        sel = [next((r for r in rows if (r["model"], r["dataset"]) == g
+                     and (r["system"], r["step"]) == (system, step)), None) for g in groups]
+        xs = [x + i * width for x in range(len(groups))]
+        ax.bar(xs, [r["tokens_per_s"] if r else 0 for r in sel], width,
+               label=f"{system} {step}")
+        ax.plot(xs, [r["snapshot_tokens_per_s"] if r else 0 for r in sel], "k_", markersize=10)
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(groups))],
+                  [f"{m}\n{d}" for m, d in groups], fontsize=7)
+    ax.set_ylabel("served tokens/s (-: one step of the snapshot)")
+    ax.legend(fontsize=7)
+    return [_save(plt, fig, out / "pimphony-serving.png")]
 
 
 def _plot_scaling(result: dict, out: Path) -> list[str]:

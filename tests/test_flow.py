@@ -209,6 +209,7 @@ def test_cli_librapim_json_and_plots(tmp_path, capsys):
     (["run", "pimphony", "--set", "colour=red"], "unknown key 'colour'"),
     (["run", "pimphony", "--set", "models=LLM-1B"], "models: unknown name 'LLM-1B'"),
     (["run", "pimphony-scaling", "--set", "variation=0.5"], "variation must be in"),
+    (["run", "pimphony-serving", "--set", "output_tokens=0"], "output_tokens must be in"),
     (["run", "pimphony", "--scenario", "/nonexistent.toml"], "does not exist"),
     (["run", "tcp-activation", "--set", "assumptions.epu_lanes=fast"], "epu_lanes must be"),
     (["gemv", "--set", "banks=99"], "banks must be an integer"),
@@ -279,3 +280,21 @@ def test_cli_timing_prints_the_constraint_table(capsys):
     assert "t_ccd      channel   RD/WR  RD/WR       1      2" in capsys.readouterr().out
     assert main(["timing", "--set", "t_faw=x"]) == 2
     assert "--set t_faw: value 'x' is not an integer" in capsys.readouterr().err
+
+
+def test_cli_pimphony_serving_json_csv_and_plot(tmp_path, capsys):
+    """The serving loop's study: every request finishes, the KV ledger
+    balances, and DPA serves more requests at once than static allocation."""
+    csv_path, plots = tmp_path / "serving.csv", tmp_path / "plots"
+    assert main(["run", "pimphony-serving", "--scheduler", "serial", "--set",
+                 "models=LLM-7B-32K", "--set", "datasets=QMSum", "--set", "systems=PIM-only",
+                 "--set", "requests=16", "--set", "output_tokens=8", "--json", "-",
+                 "--csv", str(csv_path), "--plot", str(plots)]) == 0
+    rows = {r["step"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    for r in rows.values():
+        assert r["finished"] == 16 and r["tokens"] == 16 * 8
+        assert r["chunks"]["granted_rows"] == r["chunks"]["released_rows"]
+        assert r["chunks"]["max_rows_in_use"] <= r["chunks"]["pool_rows"]
+    assert rows["+DPA"]["max_batch"] > rows["+DCS"]["max_batch"]
+    assert csv_path.read_text().splitlines()[0].startswith("model,dataset,system,step")
+    assert (plots / "pimphony-serving.png").read_bytes()[:4] == b"\x89PNG"

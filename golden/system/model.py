@@ -120,6 +120,11 @@ class Assumptions:
     #: on its near-memory processors.
     cxl_lanes: int = 4
     pnm_flops_per_element: float = 4.0
+    #: The serving loop (golden/system/serving.py): channel cycles a host
+    #: operation (ASSIGN, GROW, RELEASE) takes on a module's HUB host
+    #: interface, which serves one at a time: accepted in one cycle,
+    #: answered from the response register in the next (hw/hub/host.py).
+    host_op_cycles: int = 2
 
 
 def channel_config(profile: str, policy: str, asm: Assumptions) -> ChannelConfig:

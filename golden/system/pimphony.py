@@ -38,6 +38,7 @@ from golden.system.model import (
     t_ck_ns,
 )
 from golden.system.reference import DATASETS, GPUS, MODELS, SYSTEMS, Model
+from golden.system.serving import pimphony_serving
 
 
 def _r(x: float) -> float:
@@ -257,7 +258,7 @@ def pimphony_gpu(data: dict, sw: sweep.Sweep, progress: bool | None = None) -> d
 
 
 STUDIES = {"pimphony": pimphony, "pimphony-scaling": pimphony_scaling,
-           "pimphony-gpu": pimphony_gpu,
+           "pimphony-gpu": pimphony_gpu, "pimphony-serving": pimphony_serving,
            "tcp-activation": tcp_activation, "librapim": librapim}
 
 

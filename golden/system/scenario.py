@@ -22,7 +22,7 @@ from golden.isa import FIELDS
 from golden.system.model import Assumptions
 
 SCENARIO_STUDIES = ("pimphony", "pimphony-scaling", "tcp-activation", "librapim",
-                    "pimphony-gpu")
+                    "pimphony-gpu", "pimphony-serving")
 
 
 def defaults(study: str) -> dict:
@@ -93,6 +93,9 @@ RANGES = {
     "assumptions.xpu_subbatches": Range(0, 2, unit="0: the faster; 1: in turn; 2: interleaved"),
     "assumptions.cxl_lanes": Range(1, 64, unit="lanes per CXL port"),
     "assumptions.pnm_flops_per_element": Range(0.01, 1e3, unit="FLOPs"),
+    "assumptions.host_op_cycles": Range(0, 1 << 20, unit="cycles"),
+    "output_tokens": Range(1, 1 << 20, unit="tokens per request"),
+    "arrival_rate": Range(0, 1e9, unit="requests/s; 0: all at once"),
 }
 
 

@@ -1,0 +1,280 @@
+"""The serving loop behind DPA (PIMphony §VI, DESIGN.md §2.3; docs/pimphony.md).
+
+The incremental study times one decode step of a full batch of fixed
+lengths. Here requests live: they arrive, are admitted while their KV
+fits, decode one token a step with their KV growing by one token, and
+release everything when their last token is out. The KV pool is the HUB's
+host-side allocator (:class:`golden.hub.session.ChunkAllocator`): DPA takes
+chunks lazily as a request's tokens outgrow its chunks (GROW); the static
+baseline reserves the context window at admission.
+
+One allocation unit is a *chunk row*: one chunk of ``chunk_bytes`` for
+every K and V stream of the request (``2 x layers x kv_heads`` of them),
+so a request holding ``n`` rows holds ``n x streams x chunk_bytes``, as
+:func:`golden.system.model.kv_allocation` counts it.
+
+A step, in order:
+
+1. requests that have arrived join the queue (first come, first served);
+2. queued requests are admitted (ASSIGN, and a GROW per chunk it maps)
+   while the head of the queue fits; one that cannot fit an empty pool is
+   rejected;
+3. every running request makes room for the token it writes this step
+   (GROW where it crosses a chunk). Where the pool is empty, the youngest
+   running request is preempted: its chunks are released and it goes back
+   to the head of the queue, keeping its generated tokens (recomputation
+   of its KV on readmission is not charged);
+4. the step is timed with :func:`golden.system.model.decode_step` on the
+   running requests' lengths, plus the host operations of the step on each
+   module's HUB host interface, one at a time (``host_op_cycles`` each):
+   the HUB answers STEP only once every command has drained, so the host's
+   ASSIGN/GROW/RELEASE sit between steps;
+5. every running request has one more token; a request with all its output
+   tokens releases its chunks (RELEASE).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from golden.config import ConfigError
+from golden.hub.session import CapacityError, ChunkAllocator
+from golden.system import scenario as sc
+from golden.system import sweep
+from golden.system.kernel_timing import KernelTimer, Shape
+from golden.system.model import (
+    STEPS,
+    Assumptions,
+    Step,
+    calibrate,
+    channel_config,
+    check_mode,
+    decode_step,
+    evaluate,
+    kernel_shapes,
+    module_channels,
+    step_policy,
+    t_ck_ns,
+)
+from golden.system.reference import DATASETS, GB, MODELS, SYSTEMS, Model, System
+
+
+@dataclass
+class Request:
+    idx: int
+    prompt: int
+    output: int
+    arrival: float
+    generated: int = 0
+    admitted: float | None = None
+    first_token: float | None = None
+    finished: float | None = None
+    preempted: int = 0
+    rejected: bool = False
+
+    @property
+    def length(self) -> int:
+        """Tokens in its KV before this step's token."""
+        return self.prompt + self.generated
+
+
+def arrivals(n: int, rate: float, seed: int) -> np.ndarray:
+    """Arrival times of ``n`` requests: all at 0 (``rate`` 0, a closed
+    queue) or a Poisson process of ``rate`` requests a second."""
+    if rate == 0:
+        return np.zeros(n)
+    gaps = np.random.default_rng(seed + 1).exponential(1.0 / rate, n)
+    return np.cumsum(gaps) - gaps[0]
+
+
+def module_streams(model: Model, tp: int, pp: int) -> int:
+    """K and V streams of one request that the fullest module holds: its
+    stage's layers times its share of the KV heads, K and V each."""
+    stage_layers = model.layers // pp + (model.layers % pp > 0)
+    return 2 * stage_layers * (model.kv_heads // tp)
+
+
+def serve(model: Model, system: System, capacity_gb: int, step: Step, timer: KernelTimer,
+          t_ck_ns: float, asm: Assumptions, prompts, outputs, arrive, tp: int, pp: int,
+          k: int = 1, sub: int = 1, max_steps: int = 1_000_000) -> dict:
+    """Run the serving loop (module docstring) until every request has
+    finished or was rejected, or ``max_steps`` steps; the outputs, and the
+    allocator's ledger (``chunks``): rows granted and released, most rows
+    in use, and the pool's size."""
+    prompts, outputs = np.asarray(prompts), np.asarray(outputs)
+    if len(prompts) != len(outputs) or len(prompts) != len(arrive):
+        raise ConfigError("prompts, outputs and arrivals must have one entry per request")
+    if len(outputs) and outputs.min() < 1:
+        raise ConfigError("every request must generate at least one token")
+    streams = 2 * model.layers * model.kv_heads
+    tpc = asm.chunk_bytes // (model.d_head * 2)
+    if tpc < 1:
+        raise ConfigError(f"chunk_bytes={asm.chunk_bytes} holds no token of d_head "
+                          f"{model.d_head}")
+    kv_cap = capacity_gb * GB - model.weight_bytes
+    rows = max(0, kv_cap // (streams * asm.chunk_bytes))
+    pool = ChunkAllocator(int(rows), tpc, lazy=step.kv == "dpa", max_tokens=model.window)
+    per_module = module_streams(model, tp, pp)
+    tck = t_ck_ns * 1e-9
+    reqs = [Request(i, int(p), int(o), float(a))
+            for i, (p, o, a) in enumerate(zip(prompts, outputs, arrive, strict=True))]
+    pending = deque(sorted(reqs, key=lambda r: (r.arrival, r.idx)))
+    queue: deque[Request] = deque()
+    running: list[Request] = []
+    t, steps, tokens = 0.0, 0, 0
+    ledger = {"granted_rows": 0, "released_rows": 0, "max_rows_in_use": 0, "pool_rows": int(rows)}
+    ops = {"assign": 0, "grow": 0, "release": 0}
+    busy = {"decode_s": 0.0, "host_s": 0.0}
+    batch_sizes = []
+
+    def release(r: Request) -> None:
+        ledger["released_rows"] += len(pool.owned[r.idx])
+        pool.release(r.idx)
+        step_ops["release"] += 1
+
+    def settle(t: float, step_ops: dict) -> float:
+        """Each module's HUB serves its share of the step's host operations,
+        one at a time, between steps (the modules in parallel)."""
+        host_s = sum(step_ops.values()) * per_module * asm.host_op_cycles * tck
+        busy["host_s"] += host_s
+        for name in ops:
+            ops[name] += step_ops[name]
+        return t + host_s
+
+    while (pending or queue or running) and steps < max_steps:
+        while pending and pending[0].arrival <= t:
+            queue.append(pending.popleft())
+        if not running and not queue:
+            t = pending[0].arrival
+            continue
+        step_ops = dict.fromkeys(ops, 0)
+        while queue:  # first come, first served: stop at the first that does not fit
+            r = queue[0]
+            try:
+                got = pool.assign(r.idx, r.length + 1)
+            except CapacityError:
+                if not running and pool.used == 0:  # larger than the whole pool
+                    r.rejected = True
+                    queue.popleft()
+                    continue
+                break
+            queue.popleft()
+            running.append(r)
+            if r.admitted is None:
+                r.admitted = t
+            ledger["granted_rows"] += len(got)
+            ledger["max_rows_in_use"] = max(ledger["max_rows_in_use"], pool.used)
+            step_ops["assign"] += 1
+            step_ops["grow"] += len(got)
+        i = 0
+        while i < len(running):  # room for this step's token, oldest first
+            r = running[i]
+            try:
+                new = pool.grow(r.idx, r.length + 1)
+            except CapacityError:
+                victim = running.pop()  # the youngest
+                release(victim)
+                victim.preempted += 1
+                queue.appendleft(victim)
+                continue  # retry r (or stop, if r was the victim)
+            ledger["granted_rows"] += len(new)
+            ledger["max_rows_in_use"] = max(ledger["max_rows_in_use"], pool.used)
+            step_ops["grow"] += len(new)
+            i += 1
+        if not running:  # every running request was preempted
+            t = settle(t, step_ops)
+            continue
+        lengths = np.array([r.length + 1 for r in running], dtype=np.int64)
+        d = decode_step(model, system, lengths, tp, pp, step.partition, timer, t_ck_ns, asm,
+                        sub, k)
+        t += d["step_s"]
+        busy["decode_s"] += d["step_s"]
+        steps += 1
+        batch_sizes.append(len(running))
+        for r in running:
+            r.generated += 1
+            tokens += 1
+            if r.first_token is None:
+                r.first_token = t
+        done = [r for r in running if r.generated >= r.output]
+        running = [r for r in running if r.generated < r.output]
+        for r in done:
+            r.finished = t
+            release(r)
+        t = settle(t, step_ops)
+    finished = [r for r in reqs if r.finished is not None]
+    latency = np.array([r.finished - r.arrival for r in finished]) if finished else np.zeros(1)
+    return {
+        "steps": steps, "tokens": tokens, "time_s": t,
+        "tokens_per_s": tokens / t if t else 0.0,
+        "requests": len(reqs), "finished": len(finished),
+        "rejected": sum(r.rejected for r in reqs),
+        "unfinished": len(reqs) - len(finished) - sum(r.rejected for r in reqs),
+        "preemptions": sum(r.preempted for r in reqs),
+        "mean_batch": float(np.mean(batch_sizes)) if batch_sizes else 0.0,
+        "max_batch": max(batch_sizes, default=0),
+        "latency_s": {"mean": float(latency.mean()), "p50": float(np.percentile(latency, 50)),
+                      "p99": float(np.percentile(latency, 99))},
+        "host_ops": ops, "host_s": busy["host_s"], "decode_s": busy["decode_s"],
+        "chunks": {**ledger, "rows_in_use_at_end": pool.used, "streams": streams,
+                   "row_bytes": streams * asm.chunk_bytes},
+        "tp": tp, "pp": pp, "stages_per_module": k,
+    }
+
+
+def _serve_point(p: dict) -> dict:
+    """One (model, dataset, system, step) of the serving study: the
+    incremental study's best split for the admitted snapshot, then the
+    loop on it."""
+    model, system, step = MODELS[p["model"]], SYSTEMS[p["system"]], STEPS[p["step"]]
+    asm = p["asm"]
+    timer = KernelTimer(channel_config(p["profile"], step_policy(step, asm), asm), p["mode"],
+                        p["table"])
+    best = evaluate(model, system, p["prompts"], model.capacity_gb, step, timer, p["t_ck"], asm)
+    sub = module_channels(system, timer.cfg, p["t_ck"]).sub_channels
+    r = serve(model, system, model.capacity_gb, step, timer, p["t_ck"], asm, p["prompts"],
+              p["outputs"], p["arrivals"], best["tp"], best["pp"], best["stages_per_module"],
+              sub)
+    return {"model": model.name, "dataset": p["dataset"], "system": system.name,
+            "step": p["step"], "snapshot_tokens_per_s": best["tokens_per_s"],
+            "snapshot_batch": best["batch"], **r}
+
+
+def pimphony_serving(data: dict, sw: sweep.Sweep, progress: bool | None = None) -> dict:
+    """Tokens/s, batch, latency and the KV ledger of the serving loop per
+    model x dataset x system x step (docs/pimphony.md)."""
+    started = time.perf_counter()
+    sc.check_all(data)
+    check_mode(data)
+    asm, t_ck = sc.assumptions(data), t_ck_ns(data["profile"])
+    models = [MODELS[n] for n in sc.choose(data, "models", MODELS)]
+    systems = sc.choose(data, "systems", SYSTEMS)
+    steps = sc.choose(data, "steps", STEPS)
+    if data["datasets"]:
+        sc.choose(data, "datasets", DATASETS)
+    policies = sorted({step_policy(STEPS[s], asm) for s in steps})
+    shapes = sorted({s for m in models for n in systems for s in kernel_shapes(m, SYSTEMS[n])},
+                    key=Shape.key)
+    tables = calibrate(data["profile"], policies, shapes, asm, data["mode"], sw, progress)
+    n = data["requests"]
+    points = []
+    for model in models:
+        for task in data["datasets"] or model.datasets:
+            prompts = DATASETS[task].sample(n, data["seed"])
+            for system in systems:
+                for s in steps:
+                    points.append({"model": model.name, "dataset": task, "system": system,
+                                   "step": s, "prompts": prompts,
+                                   "outputs": np.full(n, data["output_tokens"]),
+                                   "arrivals": arrivals(n, data["arrival_rate"], data["seed"]),
+                                   "profile": data["profile"], "mode": data["mode"],
+                                   "asm": asm, "t_ck": t_ck,
+                                   "table": tables[step_policy(STEPS[s], asm)]})
+    bar = sweep.Progress(len(points), "pimphony-serving", progress)
+    rows = sw.map(_serve_point, points, bar)
+    return {"study": "pimphony-serving", "scenario": data, "rows": rows,
+            "wall_s": round(time.perf_counter() - started, 2)}
