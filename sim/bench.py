@@ -492,8 +492,8 @@ def bench_system() -> dict:
     on QK^T d_head 128, group 8 under DCS; the weight-read merge beside it
     (``overlap``: simulated cycles per wall-second); and the ``pimphony`` study's wall
     time, cold (no kernel cache) on one process and on a local Dask
-    cluster, then warm (cached calibrations); the ``pimphony-gpu`` and
-    ``librapim`` studies' wall time, warm."""
+    cluster, then warm (cached calibrations); the ``pimphony-gpu``,
+    ``pimphony-serving`` and ``librapim`` studies' wall time, warm."""
     import os
 
     import numpy as np
@@ -548,7 +548,7 @@ def bench_system() -> dict:
             start = time.perf_counter()
             pimphony.run("pimphony", scheduler=scheduler)
             out[f"pimphony_{label}_wall_s"] = round(time.perf_counter() - start, 2)
-        for study in ("pimphony-gpu", "librapim"):
+        for study in ("pimphony-gpu", "pimphony-serving", "librapim"):
             pimphony.run(study, scheduler="serial")  # fill the cache
             start = time.perf_counter()
             pimphony.run(study, scheduler="serial")
