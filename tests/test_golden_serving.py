@@ -13,7 +13,7 @@ import pytest
 from golden.config import ConfigError, load_profile
 from golden.system.model import STEPS, Assumptions
 from golden.system.reference import GB
-from golden.system.serving import arrivals, module_streams, serve
+from golden.system.serving import arrivals, hub_step_lead, module_streams, serve
 from tests.test_golden_system import TINY, XPU, LinearTimer
 
 #: TINY (3 layers, 2 KV heads: 12 K/V streams) with 8 MB chunks of 32,768
@@ -114,3 +114,15 @@ def test_a_request_that_outgrows_the_pool_alone_is_dropped_and_released():
     r = run([10 * TPC - 2], [5])
     assert r["rejected"] == 1 and r["preemptions"] == 1 and r["tokens"] == 2
     ledger_holds(r, [5])
+
+
+def test_dispatcher_lead_is_charged_per_step_and_kernel():
+    """The golden HUB: STEP accepted in cycle 0, the request's check in 1,
+    its first command (WR-INP) decoded into the FIFO in 2, loaded into the
+    multicast register in 3 and offered in 4. The loop charges that lead
+    for a STEP per layer and attention kernel, each decode step."""
+    cfg = load_profile()
+    assert hub_step_lead(cfg, TINY.d_head) == 4
+    r = run([100] * 3, [4] * 3)
+    assert r["dispatch_s"] == pytest.approx(r["steps"] * 2 * TINY.layers * 4 * 1e-9)
+    assert r["time_s"] == pytest.approx(r["decode_s"] + r["host_s"] + r["dispatch_s"])

@@ -28,7 +28,9 @@ A step, in order:
    running requests' lengths, plus the host operations of the step on each
    module's HUB host interface, one at a time (``host_op_cycles`` each):
    the HUB answers STEP only once every command has drained, so the host's
-   ASSIGN/GROW/RELEASE sit between steps;
+   ASSIGN/GROW/RELEASE sit between steps; and the dispatcher's lead before
+   each STEP's first command (:func:`hub_step_lead`), for a STEP per layer
+   and attention kernel;
 5. every running request has one more token; a request with all its output
    tokens releases its chunks (RELEASE).
 """
@@ -41,8 +43,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from golden.config import ConfigError
-from golden.hub.session import CapacityError, ChunkAllocator
+from golden.config import ChannelConfig, ConfigError, HubConfig
+from golden.hub import Hub
+from golden.hub.session import CapacityError, ChunkAllocator, QktLayout
+from golden.isa import HostOp
 from golden.system import scenario as sc
 from golden.system import sweep
 from golden.system.kernel_timing import KernelTimer, Shape
@@ -91,6 +95,30 @@ def arrivals(n: int, rate: float, seed: int) -> np.ndarray:
     return np.cumsum(gaps) - gaps[0]
 
 
+_LEADS: dict = {}
+
+
+def hub_step_lead(cfg: ChannelConfig, d_head: int) -> int:
+    """Cycles from a STEP's acceptance until the HUB offers its first
+    command to the channels, from the cycle-exact golden HUB running the
+    QK^T DPA program (``golden.hub.session.QktLayout``) for one request:
+    the decoder's request check and the walk to the first channel
+    instruction, then the multicast register's load. Later decode cycles
+    hide behind the decoded-command FIFO (docs/dpa.md)."""
+    key = (cfg, d_head)
+    if key not in _LEADS:
+        hub = HubConfig(channel=cfg.replace(obuf_entries=max(2, cfg.obuf_entries)),
+                        n_channels=2)
+        layout = QktLayout(hub, d_head, 1)
+        h = Hub(hub)
+        h.load_program(layout.program(), layout.tokens_per_chunk)
+        h.host(HostOp.ASSIGN, 0, layout.tokens_per_chunk, 0)
+        h.host(HostOp.GROW, 0, 0, 0)
+        first = h.step(0).emissions[0]
+        _LEADS[key] = first.cycle + 1  # offered the cycle after its load
+    return _LEADS[key]
+
+
 def module_streams(model: Model, tp: int, pp: int) -> int:
     """K and V streams of one request that the fullest module holds: its
     stage's layers times its share of the KV heads, K and V each."""
@@ -128,7 +156,10 @@ def serve(model: Model, system: System, capacity_gb: int, step: Step, timer: Ker
     t, steps, tokens = 0.0, 0, 0
     ledger = {"granted_rows": 0, "released_rows": 0, "max_rows_in_use": 0, "pool_rows": int(rows)}
     ops = {"assign": 0, "grow": 0, "release": 0}
-    busy = {"decode_s": 0.0, "host_s": 0.0}
+    busy = {"decode_s": 0.0, "host_s": 0.0, "dispatch_s": 0.0}
+    # a STEP per layer and kernel (QK^T, SV) on each stage's modules: every
+    # stage runs all its micro-batches' STEPs, 2 x layers per decode step
+    dispatch_s = 2 * model.layers * hub_step_lead(timer.cfg, model.d_head) * tck
     batch_sizes = []
 
     def release(r: Request) -> None:
@@ -191,8 +222,9 @@ def serve(model: Model, system: System, capacity_gb: int, step: Step, timer: Ker
         lengths = np.array([r.length + 1 for r in running], dtype=np.int64)
         d = decode_step(model, system, lengths, tp, pp, step.partition, timer, t_ck_ns, asm,
                         sub, k)
-        t += d["step_s"]
+        t += d["step_s"] + dispatch_s
         busy["decode_s"] += d["step_s"]
+        busy["dispatch_s"] += dispatch_s
         steps += 1
         batch_sizes.append(len(running))
         for r in running:
@@ -220,6 +252,7 @@ def serve(model: Model, system: System, capacity_gb: int, step: Step, timer: Ker
         "latency_s": {"mean": float(latency.mean()), "p50": float(np.percentile(latency, 50)),
                       "p99": float(np.percentile(latency, 99))},
         "host_ops": ops, "host_s": busy["host_s"], "decode_s": busy["decode_s"],
+        "dispatch_s": busy["dispatch_s"],
         "chunks": {**ledger, "rows_in_use_at_end": pool.used, "streams": streams,
                    "row_bytes": streams * asm.chunk_bytes},
         "tp": tp, "pp": pp, "stages_per_module": k,
