@@ -578,11 +578,11 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
                   for m, row in enumerate(parts)])
     # what a module's stages share: its vector unit and its link port
     shared = {"vector": 0.0, "link": 0.0}
-    for first in range(0, pp, k):
-        mine = range(first, first + k)
-        shared["vector"] = max(shared["vector"], sum(v * layers[s] for v in vec for s in mine))
-        shared["link"] = max(shared["link"], sum(
-            port[m] * layers[s] + hand_off[m] * cross[s] for m in range(pp) for s in mine))
+    for first in range(0, pp, k):  # every micro-batch through each of the module's stages
+        mine = slice(first, first + k)
+        shared["vector"] = max(shared["vector"], sum(vec) * sum(layers[mine]))
+        shared["link"] = max(shared["link"], sum(port) * sum(layers[mine])
+                             + sum(hand_off) * sum(cross[mine]))
     step, bound = max([(pipeline_period(t), "pipeline"), *((v, n) for n, v in shared.items())],
                       key=lambda vb: vb[0])
     breakdown = {name: sum(p[name] for row in parts for p in row) / pp for name in COMPONENTS}

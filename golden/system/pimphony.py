@@ -1,5 +1,6 @@
 """The PIMphony system studies behind ``pimorch run``: ``pimphony``,
-``pimphony-scaling`` and ``tcp-activation`` (docs/pimphony.md).
+``pimphony-scaling``, ``pimphony-gpu``, ``pimphony-serving`` and
+``tcp-activation`` (docs/pimphony.md).
 
 Each takes a scenario (:mod:`golden.system.scenario`) and a Dask scheduler
 (:mod:`golden.system.sweep`). Fast mode first calibrates every kernel shape the
@@ -24,6 +25,7 @@ from golden.system.model import (
     COMPONENTS,
     STEPS,
     Assumptions,
+    Step,
     calibrate,
     channel_config,
     check_mode,
@@ -38,7 +40,7 @@ from golden.system.model import (
     t_ck_ns,
 )
 from golden.system.reference import DATASETS, GPUS, MODELS, SYSTEMS, Model
-from golden.system.serving import pimphony_serving
+from golden.system.serving import arrivals, serve
 
 
 def _r(x: float) -> float:
@@ -81,12 +83,19 @@ def _result(r: dict) -> dict:
     return out
 
 
+def _timer(p: dict, step: Step) -> KernelTimer:
+    """The kernel timer of a point's step, on the study's calibrations."""
+    asm = p["asm"]
+    return KernelTimer(channel_config(p["profile"], step_policy(step, asm), asm), p["mode"],
+                       p["table"])
+
+
 def _point(p: dict) -> dict:
     """One (model, lengths, system, capacity, step) point: the best TP/PP."""
     model, system, step = MODELS[p["model"]], SYSTEMS[p["system"]], STEPS[p["step"]]
     asm = p["asm"]
     policy = step_policy(step, asm)
-    timer = KernelTimer(channel_config(p["profile"], policy, asm), p["mode"], p["table"])
+    timer = _timer(p, step)
     lengths = p["lengths"]
     window = max(model.window, int(lengths.max())) if len(lengths) else model.window
     r = evaluate(model, system, lengths, p["capacity_gb"], step, timer, p["t_ck"], asm, window)
@@ -98,10 +107,10 @@ def _models(data: dict) -> list[Model]:
     return [MODELS[n] for n in sc.choose(data, "models", MODELS)]
 
 
-def pimphony(data: dict, sw: sweep.Sweep, progress: bool | None = None) -> dict:
-    """Tokens/s, utilization, batch and latency breakdown per model x dataset
-    x system x step, each at its best TP/PP."""
-    started = time.perf_counter()
+def _calibrated(data: dict, sw: sweep.Sweep, progress: bool | None) -> tuple:
+    """A model x dataset x system x step study's checked choices and its
+    kernels' calibrations: ``(asm, t_ck, models, systems, steps, shapes,
+    tables)``, ``tables`` per controller policy."""
     asm, t_ck = _common(data)
     models = _models(data)
     systems = sc.choose(data, "systems", SYSTEMS)
@@ -113,6 +122,14 @@ def pimphony(data: dict, sw: sweep.Sweep, progress: bool | None = None) -> dict:
                     key=Shape.key)
     slots = {s for m in models for n in systems for s in slot_shapes(m, SYSTEMS[n], asm)}
     tables = calibrate(data["profile"], policies, shapes, asm, data["mode"], sw, progress, slots)
+    return asm, t_ck, models, systems, steps, shapes, tables
+
+
+def pimphony(data: dict, sw: sweep.Sweep, progress: bool | None = None) -> dict:
+    """Tokens/s, utilization, batch and latency breakdown per model x dataset
+    x system x step, each at its best TP/PP."""
+    started = time.perf_counter()
+    asm, t_ck, models, systems, steps, shapes, tables = _calibrated(data, sw, progress)
     points = []
     for model in models:
         for task in data["datasets"] or model.datasets:
@@ -188,6 +205,46 @@ def pimphony_scaling(data: dict, sw: sweep.Sweep, progress: bool | None = None) 
             "lengths": "normal(context, variation x context) clipped to +-3 sigma; static "
                        "allocation reserves max(window, longest drawn) per request",
             "rows": rows, "wall_s": round(time.perf_counter() - started, 2)}
+
+
+def _serve_point(p: dict) -> dict:
+    """One (model, dataset, system, step) of the serving study: the
+    incremental study's best split for the admitted snapshot, then the
+    loop on it."""
+    model, system, step = MODELS[p["model"]], SYSTEMS[p["system"]], STEPS[p["step"]]
+    asm, timer = p["asm"], _timer(p, step)
+    best = evaluate(model, system, p["prompts"], model.capacity_gb, step, timer, p["t_ck"], asm)
+    sub = module_channels(system, timer.cfg, p["t_ck"]).sub_channels
+    r = serve(model, system, model.capacity_gb, step, timer, p["t_ck"], asm, p["prompts"],
+              p["outputs"], p["arrivals"], best["tp"], best["pp"], best["stages_per_module"],
+              sub)
+    return {"model": model.name, "dataset": p["dataset"], "system": system.name,
+            "step": p["step"], "snapshot_tokens_per_s": best["tokens_per_s"],
+            "snapshot_batch": best["batch"], **r}
+
+
+def pimphony_serving(data: dict, sw: sweep.Sweep, progress: bool | None = None) -> dict:
+    """Tokens/s, batch, latency and the KV ledger of the serving loop
+    (``golden.system.serving``) per model x dataset x system x step."""
+    started = time.perf_counter()
+    asm, t_ck, models, systems, steps, _, tables = _calibrated(data, sw, progress)
+    n = data["requests"]
+    points = []
+    for model in models:
+        for task in data["datasets"] or model.datasets:
+            prompts = DATASETS[task].sample(n, data["seed"])
+            arrive = arrivals(n, data["arrival_rate"], data["seed"])
+            for system, s in product(systems, steps):
+                points.append({"model": model.name, "dataset": task, "system": system,
+                               "step": s, "prompts": prompts,
+                               "outputs": np.full(n, data["output_tokens"]),
+                               "arrivals": arrive, "profile": data["profile"],
+                               "mode": data["mode"], "asm": asm, "t_ck": t_ck,
+                               "table": tables[step_policy(STEPS[s], asm)]})
+    bar = sweep.Progress(len(points), "pimphony-serving", progress)
+    rows = sw.map(_serve_point, points, bar)
+    return {"study": "pimphony-serving", "scenario": data, "rows": rows,
+            "wall_s": round(time.perf_counter() - started, 2)}
 
 
 def tcp_activation(data: dict, sw: sweep.Sweep, progress: bool | None = None) -> dict:

@@ -37,7 +37,7 @@ A step, in order:
 
 from __future__ import annotations
 
-import time
+import functools
 from collections import deque
 from dataclasses import dataclass
 
@@ -47,24 +47,9 @@ from golden.config import ChannelConfig, ConfigError, HubConfig
 from golden.hub import Hub
 from golden.hub.session import CapacityError, ChunkAllocator, QktLayout
 from golden.isa import HostOp
-from golden.system import scenario as sc
-from golden.system import sweep
-from golden.system.kernel_timing import KernelTimer, Shape
-from golden.system.model import (
-    STEPS,
-    Assumptions,
-    Step,
-    calibrate,
-    channel_config,
-    check_mode,
-    decode_step,
-    evaluate,
-    kernel_shapes,
-    module_channels,
-    step_policy,
-    t_ck_ns,
-)
-from golden.system.reference import DATASETS, GB, MODELS, SYSTEMS, Model, System
+from golden.system.kernel_timing import KernelTimer
+from golden.system.model import Assumptions, Step, decode_step
+from golden.system.reference import GB, Model, System
 
 
 @dataclass
@@ -95,9 +80,7 @@ def arrivals(n: int, rate: float, seed: int) -> np.ndarray:
     return np.cumsum(gaps) - gaps[0]
 
 
-_LEADS: dict = {}
-
-
+@functools.cache
 def hub_step_lead(cfg: ChannelConfig, d_head: int) -> int:
     """Cycles from a STEP's acceptance until the HUB offers its first
     command to the channels, from the cycle-exact golden HUB running the
@@ -105,18 +88,13 @@ def hub_step_lead(cfg: ChannelConfig, d_head: int) -> int:
     the decoder's request check and the walk to the first channel
     instruction, then the multicast register's load. Later decode cycles
     hide behind the decoded-command FIFO (docs/dpa.md)."""
-    key = (cfg, d_head)
-    if key not in _LEADS:
-        hub = HubConfig(channel=cfg.replace(obuf_entries=max(2, cfg.obuf_entries)),
-                        n_channels=2)
-        layout = QktLayout(hub, d_head, 1)
-        h = Hub(hub)
-        h.load_program(layout.program(), layout.tokens_per_chunk)
-        h.host(HostOp.ASSIGN, 0, layout.tokens_per_chunk, 0)
-        h.host(HostOp.GROW, 0, 0, 0)
-        first = h.step(0).emissions[0]
-        _LEADS[key] = first.cycle + 1  # offered the cycle after its load
-    return _LEADS[key]
+    hub = HubConfig(channel=cfg.replace(obuf_entries=max(2, cfg.obuf_entries)), n_channels=2)
+    layout = QktLayout(hub, d_head, 1)
+    h = Hub(hub)
+    h.load_program(layout.program(), layout.tokens_per_chunk)
+    h.host(HostOp.ASSIGN, 0, layout.tokens_per_chunk, 0)
+    h.host(HostOp.GROW, 0, 0, 0)
+    return h.step(0).emissions[0].cycle + 1  # offered the cycle after its load
 
 
 def module_streams(model: Model, tp: int, pp: int) -> int:
@@ -162,7 +140,7 @@ def serve(model: Model, system: System, capacity_gb: int, step: Step, timer: Ker
     dispatch_s = 2 * model.layers * hub_step_lead(timer.cfg, model.d_head) * tck
     batch_sizes = []
 
-    def release(r: Request) -> None:
+    def release(r: Request, step_ops: dict) -> None:
         ledger["released_rows"] += len(pool.owned[r.idx])
         pool.release(r.idx)
         step_ops["release"] += 1
@@ -208,7 +186,7 @@ def serve(model: Model, system: System, capacity_gb: int, step: Step, timer: Ker
                 new = pool.grow(r.idx, r.length + 1)
             except CapacityError:
                 victim = running.pop()  # the youngest
-                release(victim)
+                release(victim, step_ops)
                 victim.preempted += 1
                 queue.appendleft(victim)
                 continue  # retry r (or stop, if r was the victim)
@@ -236,7 +214,7 @@ def serve(model: Model, system: System, capacity_gb: int, step: Step, timer: Ker
         running = [r for r in running if r.generated < r.output]
         for r in done:
             r.finished = t
-            release(r)
+            release(r, step_ops)
         t = settle(t, step_ops)
     finished = [r for r in reqs if r.finished is not None]
     latency = np.array([r.finished - r.arrival for r in finished]) if finished else np.zeros(1)
@@ -258,56 +236,3 @@ def serve(model: Model, system: System, capacity_gb: int, step: Step, timer: Ker
         "tp": tp, "pp": pp, "stages_per_module": k,
     }
 
-
-def _serve_point(p: dict) -> dict:
-    """One (model, dataset, system, step) of the serving study: the
-    incremental study's best split for the admitted snapshot, then the
-    loop on it."""
-    model, system, step = MODELS[p["model"]], SYSTEMS[p["system"]], STEPS[p["step"]]
-    asm = p["asm"]
-    timer = KernelTimer(channel_config(p["profile"], step_policy(step, asm), asm), p["mode"],
-                        p["table"])
-    best = evaluate(model, system, p["prompts"], model.capacity_gb, step, timer, p["t_ck"], asm)
-    sub = module_channels(system, timer.cfg, p["t_ck"]).sub_channels
-    r = serve(model, system, model.capacity_gb, step, timer, p["t_ck"], asm, p["prompts"],
-              p["outputs"], p["arrivals"], best["tp"], best["pp"], best["stages_per_module"],
-              sub)
-    return {"model": model.name, "dataset": p["dataset"], "system": system.name,
-            "step": p["step"], "snapshot_tokens_per_s": best["tokens_per_s"],
-            "snapshot_batch": best["batch"], **r}
-
-
-def pimphony_serving(data: dict, sw: sweep.Sweep, progress: bool | None = None) -> dict:
-    """Tokens/s, batch, latency and the KV ledger of the serving loop per
-    model x dataset x system x step (docs/pimphony.md)."""
-    started = time.perf_counter()
-    sc.check_all(data)
-    check_mode(data)
-    asm, t_ck = sc.assumptions(data), t_ck_ns(data["profile"])
-    models = [MODELS[n] for n in sc.choose(data, "models", MODELS)]
-    systems = sc.choose(data, "systems", SYSTEMS)
-    steps = sc.choose(data, "steps", STEPS)
-    if data["datasets"]:
-        sc.choose(data, "datasets", DATASETS)
-    policies = sorted({step_policy(STEPS[s], asm) for s in steps})
-    shapes = sorted({s for m in models for n in systems for s in kernel_shapes(m, SYSTEMS[n])},
-                    key=Shape.key)
-    tables = calibrate(data["profile"], policies, shapes, asm, data["mode"], sw, progress)
-    n = data["requests"]
-    points = []
-    for model in models:
-        for task in data["datasets"] or model.datasets:
-            prompts = DATASETS[task].sample(n, data["seed"])
-            for system in systems:
-                for s in steps:
-                    points.append({"model": model.name, "dataset": task, "system": system,
-                                   "step": s, "prompts": prompts,
-                                   "outputs": np.full(n, data["output_tokens"]),
-                                   "arrivals": arrivals(n, data["arrival_rate"], data["seed"]),
-                                   "profile": data["profile"], "mode": data["mode"],
-                                   "asm": asm, "t_ck": t_ck,
-                                   "table": tables[step_policy(STEPS[s], asm)]})
-    bar = sweep.Progress(len(points), "pimphony-serving", progress)
-    rows = sw.map(_serve_point, points, bar)
-    return {"study": "pimphony-serving", "scenario": data, "rows": rows,
-            "wall_s": round(time.perf_counter() - started, 2)}
