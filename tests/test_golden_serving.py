@@ -13,7 +13,14 @@ import pytest
 from golden.config import ConfigError, load_profile
 from golden.system.model import STEPS, Assumptions
 from golden.system.reference import GB
-from golden.system.serving import arrivals, hub_step_lead, module_streams, serve
+from golden.system.serving import (
+    arrivals,
+    hub_step_lead,
+    module_streams,
+    recompute_s,
+    serve,
+    swap_s,
+)
 from tests.test_golden_system import TINY, XPU, LinearTimer
 
 #: TINY (3 layers, 2 KV heads: 12 K/V streams) with 8 MB chunks of 32,768
@@ -60,6 +67,48 @@ def test_growth_and_preemption_conserve_chunks():
     # GROW maps each row: 3 per admission (4 admissions + re-admissions) and the growth
     assert r["host_ops"]["grow"] == r["chunks"]["granted_rows"]
     assert r["host_ops"]["assign"] == 4 + r["preemptions"]
+
+
+def test_a_preempted_request_pays_for_its_kv():
+    """A preempted request's KV goes with its chunks. ``recompute``: on
+    readmission a prefill of its tokens (FC weights once a token, causal
+    attention) on the system's compute stalls the loop. ``swap``: its
+    share leaves through each module's link port at the preemption and
+    comes back at readmission. ``cheaper`` picks the smaller of the two
+    per request; ``free`` charges nothing. Arrivals all at once, so the
+    runs take the same steps and differ by the stalls alone."""
+    prompts, outputs = [3 * TPC - 10] * 4, [20] * 4
+    runs = {how: run(prompts, outputs, asm=dataclasses.replace(ASM, preemption=how))
+            for how in ("free", "recompute", "swap", "cheaper")}
+    free = runs["free"]
+    assert free["preemptions"] >= 1 and free["restore_s"] == 0
+    for how in ("recompute", "swap", "cheaper"):
+        r = runs[how]
+        assert r["steps"] == free["steps"] and r["tokens"] == free["tokens"]
+        assert r["restore_s"] > 0
+        assert r["time_s"] - free["time_s"] == pytest.approx(r["restore_s"])
+        assert sum(r["restores"].values()) == r["preemptions"]
+    assert runs["recompute"]["restores"]["recompute"] == runs["recompute"]["preemptions"]
+    assert runs["swap"]["restores"]["swap"] == runs["swap"]["preemptions"]
+    assert runs["cheaper"]["restore_s"] == pytest.approx(
+        min(runs["recompute"]["restore_s"], runs["swap"]["restore_s"]))
+    # each rebuild is of at least the prompt: 2 FLOPs a weight a token, and
+    # QK^T + SV (2 x 2 FLOPs a d_head element) over half the square
+    tokens = prompts[0]
+    flops = (TINY.weight_bytes * tokens
+             + 4 * TINY.layers * TINY.heads * TINY.d_head * tokens * tokens / 2)
+    one = flops / (XPU.tflops * 1e12)
+    assert recompute_s(TINY, XPU, 1, tokens) == pytest.approx(one)
+    n = runs["recompute"]["preemptions"]
+    assert n * one <= runs["recompute"]["restore_s"] < n * recompute_s(TINY, XPU, 1, tokens + 20)
+    # a swap moves the request's K and V (12 streams of d_head BF16) out and in
+    kv = tokens * 2 * TINY.layers * TINY.kv_heads * TINY.d_head * 2
+    assert swap_s(TINY, XPU, ASM, 1, 1, tokens) == pytest.approx(kv / (ASM.link_gbs * 1e9))
+
+
+def test_an_unknown_preemption_is_refused():
+    with pytest.raises(ConfigError, match="preemption must be one of"):
+        run([100], [1], asm=dataclasses.replace(ASM, preemption="drop"))
 
 
 def test_static_allocation_reserves_the_window():

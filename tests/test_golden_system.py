@@ -470,6 +470,7 @@ def test_scenario_semantic_errors_name_the_key(tmp_path):
     for sets, message in ((["models=LLM-1B"], "models: unknown name 'LLM-1B'"),
                           (["mode=turbo"], "mode must be one of"),
                           (["assumptions.baseline_policy=fifo"], "baseline_policy"),
+                          (["assumptions.preemption=drop"], "preemption must be one of"),
                           (["assumptions.link_gbs=0"], r"link_gbs must be in \[0.001,"),
                           (["systems="], "systems: the list is empty")):
         with pytest.raises(ConfigError, match=message):

@@ -125,6 +125,12 @@ class Assumptions:
     #: interface, which serves one at a time: accepted in one cycle,
     #: answered from the response register in the next (hw/hub/host.py).
     host_op_cycles: int = 2
+    #: The serving loop: how a preempted request's KV comes back, since
+    #: its chunks go to others (PREEMPTIONS): ``recompute`` (a prefill of
+    #: its tokens on the system's compute), ``swap`` (out to host memory
+    #: through each module's link port and back), ``cheaper`` (whichever
+    #: of the two costs less for that request) or ``free`` (not charged).
+    preemption: str = "cheaper"
 
 
 def channel_config(profile: str, policy: str, asm: Assumptions) -> ChannelConfig:
@@ -280,6 +286,15 @@ def hfp_channels(requests: np.ndarray, kvh: int, ch: int) -> np.ndarray:
 
 
 HFP_WEIGHTS = ("spread", "packed")
+
+
+PREEMPTIONS = ("cheaper", "recompute", "swap", "free")
+
+
+def check_preemption(asm: Assumptions) -> None:
+    if asm.preemption not in PREEMPTIONS:
+        raise ConfigError(f"assumptions.preemption must be one of {', '.join(PREEMPTIONS)}, "
+                          f"not {asm.preemption!r}")
 
 
 def check_hfp_weights(asm: Assumptions) -> None:

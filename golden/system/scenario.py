@@ -211,13 +211,14 @@ def load(study: str, path: str | None = None, sets=()) -> dict:
 
 
 def assumptions(data: dict) -> Assumptions:
-    from golden.system.model import POLICY_BASELINES, check_hfp_weights
+    from golden.system.model import POLICY_BASELINES, check_hfp_weights, check_preemption
 
     asm = Assumptions(**data["assumptions"])
     if asm.baseline_policy not in POLICY_BASELINES:
         raise ConfigError(f"assumptions.baseline_policy must be one of "
                           f"{', '.join(POLICY_BASELINES)}, not {asm.baseline_policy!r}")
     check_hfp_weights(asm)
+    check_preemption(asm)
     return asm
 
 

@@ -22,8 +22,12 @@ A step, in order:
 3. every running request makes room for the token it writes this step
    (GROW where it crosses a chunk). Where the pool is empty, the youngest
    running request is preempted: its chunks are released and it goes back
-   to the head of the queue, keeping its generated tokens (recomputation
-   of its KV on readmission is not charged);
+   to the head of the queue, keeping its generated tokens. Its KV leaves
+   with its chunks and comes back on readmission, as
+   ``assumptions.preemption`` says: rebuilt by a prefill of its tokens
+   (:func:`recompute_s`, at readmission) or swapped out to host memory at
+   the preemption and back in at readmission (:func:`swap_s`); either
+   stalls every module;
 4. the step is timed with :func:`golden.system.model.decode_step` on the
    running requests' lengths, plus the host operations of the step on each
    module's HUB host interface, one at a time (``host_op_cycles`` each):
@@ -48,7 +52,7 @@ from golden.hub import Hub
 from golden.hub.session import CapacityError, ChunkAllocator, QktLayout
 from golden.isa import HostOp
 from golden.system.kernel_timing import KernelTimer
-from golden.system.model import Assumptions, Step, decode_step
+from golden.system.model import Assumptions, Step, check_preemption, decode_step, system_link
 from golden.system.reference import GB, Model, System
 
 
@@ -64,6 +68,7 @@ class Request:
     finished: float | None = None
     preempted: int = 0
     rejected: bool = False
+    restore: str | None = None  # how its KV comes back: recompute or swap
 
     @property
     def length(self) -> int:
@@ -95,6 +100,28 @@ def hub_step_lead(cfg: ChannelConfig, d_head: int) -> int:
     h.host(HostOp.ASSIGN, 0, layout.tokens_per_chunk, 0)
     h.host(HostOp.GROW, 0, 0, 0)
     return h.step(0).emissions[0].cycle + 1  # offered the cycle after its load
+
+
+def recompute_s(model: Model, system: System, modules: int, tokens: int) -> float:
+    """Seconds to rebuild ``tokens`` tokens of one request's KV by a
+    prefill on the compute of all ``modules`` modules (the xPU's matrix
+    units or the near-memory processors at ``system.tflops``): the
+    decoder layers' weights once per token (2 FLOPs a weight) and causal
+    attention, QK^T and SV over half the square of the tokens. The rate is
+    the peak's: a lower bound on the stall."""
+    fc = 2 * (model.weight_bytes // 2) * tokens
+    attn = 2 * model.layers * model.heads * model.d_head * tokens * tokens
+    return (fc + attn) / (modules * system.tflops * 1e12)
+
+
+def swap_s(model: Model, system: System, asm: Assumptions, tp: int, pp: int,
+           tokens: int) -> float:
+    """Seconds to move ``tokens`` tokens of one request's KV between the
+    modules and host memory one way: each module sends its share (its
+    :func:`module_streams`) through its own link port
+    (:func:`golden.system.model.system_link`), the modules in parallel."""
+    return system_link(system, asm).transfer_s(tokens * module_streams(model, tp, pp)
+                                               * model.d_head * 2)
 
 
 def module_streams(model: Model, tp: int, pp: int) -> int:
@@ -134,11 +161,26 @@ def serve(model: Model, system: System, capacity_gb: int, step: Step, timer: Ker
     t, steps, tokens = 0.0, 0, 0
     ledger = {"granted_rows": 0, "released_rows": 0, "max_rows_in_use": 0, "pool_rows": int(rows)}
     ops = {"assign": 0, "grow": 0, "release": 0}
-    busy = {"decode_s": 0.0, "host_s": 0.0, "dispatch_s": 0.0}
+    busy = {"decode_s": 0.0, "host_s": 0.0, "dispatch_s": 0.0, "restore_s": 0.0}
+    modules = capacity_gb // system.module_gb
+    check_preemption(asm)
+    restores = {"recompute": 0, "swap": 0}
+
+    def stall(seconds: float) -> float:
+        busy["restore_s"] += seconds
+        return seconds
     # a STEP per layer and kernel (QK^T, SV) on each stage's modules: every
     # stage runs all its micro-batches' STEPs, 2 x layers per decode step
     dispatch_s = 2 * model.layers * hub_step_lead(timer.cfg, model.d_head) * tck
     batch_sizes = []
+
+    def restore_of(tokens: int) -> str | None:
+        if asm.preemption in ("recompute", "swap"):
+            return asm.preemption
+        if asm.preemption == "free":
+            return None
+        swap = 2 * swap_s(model, system, asm, tp, pp, tokens)
+        return "swap" if swap < recompute_s(model, system, modules, tokens) else "recompute"
 
     def release(r: Request, step_ops: dict) -> None:
         ledger["released_rows"] += len(pool.owned[r.idx])
@@ -175,6 +217,12 @@ def serve(model: Model, system: System, capacity_gb: int, step: Step, timer: Ker
             running.append(r)
             if r.admitted is None:
                 r.admitted = t
+            elif r.restore == "recompute":  # readmitted: its KV is rebuilt
+                t += stall(recompute_s(model, system, modules, r.length))
+                restores["recompute"] += 1
+            elif r.restore == "swap":  # readmitted: its KV comes back in
+                t += stall(swap_s(model, system, asm, tp, pp, r.length))
+                restores["swap"] += 1
             ledger["granted_rows"] += len(got)
             ledger["max_rows_in_use"] = max(ledger["max_rows_in_use"], pool.used)
             step_ops["assign"] += 1
@@ -186,6 +234,9 @@ def serve(model: Model, system: System, capacity_gb: int, step: Step, timer: Ker
                 new = pool.grow(r.idx, r.length + 1)
             except CapacityError:
                 victim = running.pop()  # the youngest
+                victim.restore = restore_of(victim.length)
+                if victim.restore == "swap":  # out before its chunks go to others
+                    t += stall(swap_s(model, system, asm, tp, pp, victim.length))
                 release(victim, step_ops)
                 victim.preempted += 1
                 queue.appendleft(victim)
@@ -230,7 +281,8 @@ def serve(model: Model, system: System, capacity_gb: int, step: Step, timer: Ker
         "latency_s": {"mean": float(latency.mean()), "p50": float(np.percentile(latency, 50)),
                       "p99": float(np.percentile(latency, 99))},
         "host_ops": ops, "host_s": busy["host_s"], "decode_s": busy["decode_s"],
-        "dispatch_s": busy["dispatch_s"],
+        "dispatch_s": busy["dispatch_s"], "restore_s": busy["restore_s"],
+        "restores": restores,
         "chunks": {**ledger, "rows_in_use_at_end": pool.used, "streams": streams,
                    "row_bytes": streams * asm.chunk_bytes},
         "tp": tp, "pp": pp, "stages_per_module": k,
