@@ -437,6 +437,19 @@ def test_tcp_activation_shape():
     assert rows[-1]["qkt"]["speedup"] > 15  # long pairs: ~16x over one channel
 
 
+def test_tcp_activation_thresholds():
+    """Full activation of 16 channels x 16 banks: QK^T takes a key per
+    bank, so 16 tokens a channel; SV's word holds 16 tokens of one output
+    dimension (the MAC's adder tree), so 16 too. Both reach all 16 channels
+    past 240 tokens, and SV at the paper's 32 tokens keeps 2 busy
+    (docs/pimphony.md, "SV's threshold")."""
+    data = scenario.load("tcp-activation", sets=["tokens=32,240,241,256"])
+    with sweep.Sweep("serial") as sw:
+        rows = pimphony.tcp_activation(data, sw)["rows"]
+    for kind in ("qkt", "sv"):
+        assert [r[kind]["tcp"]["active_channels"] for r in rows] == [2, 15, 16, 16]
+
+
 # ---- scenarios ------------------------------------------------------------------
 
 
