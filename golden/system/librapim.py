@@ -83,6 +83,10 @@ class Device:
     tp: int
     timer: KernelTimer
     t_ck_ns: float
+    #: cycles between two MAC rounds on a broadcast FFN weight word (an
+    #: assumption: the paper gives none); 0: the all-bank MAC spacing
+    #: ``Timing.mac_ccd``, as if each round were an array access
+    broadcast_mac_ccd: int = 0
 
     def __post_init__(self):
         check_tp(self.model, self.tp)
@@ -133,6 +137,34 @@ class Device:
         tck = self.t_ck_ns * 1e-9
         return float(load.max()) * tck, float(load.sum()) * tck
 
+    @property
+    def broadcast_ccd(self) -> int:
+        return self.broadcast_mac_ccd or self.cfg.timing.mac_ccd
+
+    def ffn_words(self) -> int:
+        """256-bit words of this device's FFN weights one channel streams
+        (the weights interleaved over every channel)."""
+        m = self.model
+        elems = sum(i * o for i, o in m.ffn_matrices_shapes()) // self.tp
+        return -(-elems // (LIBRA_PIM.channels * LANES))
+
+    def pim_ffn_broadcast(self, tokens: int) -> float:
+        """Seconds the PIM MAC units are busy computing ``tokens`` offloaded
+        requests' FFN on the weight stream the NPU reads (LibraPIM's
+        broadcast path: the global buffer sends each weight word to the NPU
+        and to the channel's MAC units, no read of its own). A word feeds
+        one request per bank's MAC unit per round, a round every
+        :attr:`broadcast_ccd` cycles, so ``ceil(tokens / banks)`` rounds a
+        word."""
+        if tokens <= 0:
+            return 0.0
+        rounds = -(-tokens // self.cfg.banks)
+        return self.ffn_words() * rounds * self.broadcast_ccd * self.t_ck_ns * 1e-9
+
+    def weight_bytes(self, matrices) -> int:
+        """BF16 bytes of this device's share of ``matrices``."""
+        return sum(2 * i * o for i, o in matrices) // self.tp
+
     def pim_fc(self, tokens: int, matrices) -> float:
         """One GEMV per token, each matrix's outputs over every channel."""
         if tokens <= 0:
@@ -163,20 +195,24 @@ class Device:
                 "ffn_npu": k_ffn * d2 / self.tp / LIBRA_NPU.flops,
                 "attn_bytes_s": k_attn * d2 / self.tp / self.npu_bandwidth,  # weights, once
                 "ffn_bytes_s": k_ffn * d2 / self.tp / self.npu_bandwidth,
-                "ffn_pim": self.pim_fc(1, m.ffn_matrices_shapes()),
+                # per request on the broadcast weight stream: its MAC rounds
+                "ffn_pim": self.ffn_words() * self.broadcast_ccd * self.t_ck_ns * 1e-9
+                / self.cfg.banks,
                 "fc_pim": self.pim_fc(1, m.attn_matrices() + m.ffn_matrices_shapes()),
                 "mha_pim": pair * pairs * self.t_ck_ns * 1e-9 / LIBRA_PIM.channels,
                 "mha_npu": self.npu_mha(np.array([longest]))}
 
 
-def _npu(p: dict[str, float], attn: int, ffn: int) -> float:
+def _npu(p: dict[str, float], attn: int, ffn: int, stream: bool = False) -> float:
     """DBO's NPU time for ``attn`` and ``ffn`` requests of FC work, in the
-    two sub-batches the pipeline runs (each reads the weights once)."""
+    two sub-batches the pipeline runs (each reads the weights once).
+    ``stream``: the FFN weights are read in every sub-batch with requests,
+    for the PIM's broadcast path, even where the NPU computes none."""
     t = 0.0
     for half in (0, 1):
         a, f = (attn + 1 - half) // 2, (ffn + 1 - half) // 2
         t += max(a * p["attn_npu"], p["attn_bytes_s"]) if a else 0.0
-        t += max(f * p["ffn_npu"], p["ffn_bytes_s"]) if f else 0.0
+        t += max(f * p["ffn_npu"], p["ffn_bytes_s"]) if f or (stream and a) else 0.0
     return t
 
 
@@ -188,7 +224,8 @@ def predicted_time(p: dict[str, float], batch: int, plan: str, count: int) -> fl
     if plan == "all-pim":
         return batch * (p["mha_pim"] + p["fc_pim"])
     if plan == "ffn-to-pim":
-        return max(_npu(p, batch, batch - count), batch * p["mha_pim"] + count * p["ffn_pim"])
+        return max(_npu(p, batch, batch - count, stream=True),
+                   batch * p["mha_pim"] + count * p["ffn_pim"])
     if plan == "mha-to-npu":
         return max(_npu(p, batch, batch) + count * p["mha_npu"],
                    (batch - count) * p["mha_pim"])
@@ -217,7 +254,7 @@ def dbo(device: Device, batch: int, longest: int) -> tuple[str, int, float, floa
         plan, count = "none", 0
     count = min(count, batch)
     t = predicted_time(p, batch, plan, count)
-    if plan != "none" and (count == 0 or t >= base):
+    if plan in ("ffn-to-pim", "mha-to-npu") and (count == 0 or t >= base):
         plan, count, t = "none", 0, base
     return plan, count, t, base
 
@@ -229,14 +266,17 @@ def _sub_batches(lengths: np.ndarray) -> list[np.ndarray]:
 def layer_time(device: Device, system: str, lengths: np.ndarray,
                plan: tuple[str, int] = ("none", 0)) -> dict[str, float]:
     """Seconds per decoder layer of one generation step, with the NPU and
-    PIM busy seconds."""
+    PIM busy seconds and the FC weight bytes read from DRAM
+    (``weight_bytes``: the NPU's stream, once per sub-batch, and the PIM's
+    GEMVs, once per token)."""
     m = device.model
     attn, ffn = m.attn_matrices(), m.ffn_matrices_shapes()
+    w_attn, w_ffn = device.weight_bytes(attn), device.weight_bytes(ffn)
     if system == "NPU+AiM":
         npu = device.npu_fc(len(lengths), attn + ffn)
         pim, pim_busy = device.pim_mha(lengths)
         return {"layer_s": npu + pim, "npu_s": npu, "pim_s": pim,
-                "pim_channel_s": pim_busy}
+                "pim_channel_s": pim_busy, "weight_bytes": w_attn + w_ffn}
     if system == "AttAcc-like":
         npu_attn = device.npu_fc(len(lengths), attn)
         pim, pim_busy = device.pim_mha(lengths)
@@ -256,36 +296,49 @@ def layer_time(device: Device, system: str, lengths: np.ndarray,
         ffn_npu, ffn_pim = device.npu_fc(b - split, ffn), device.pim_fc(split, ffn)
         return {"layer_s": npu_attn + pim + max(ffn_npu, ffn_pim),
                 "npu_s": npu_attn + ffn_npu, "pim_s": pim + ffn_pim,
-                "pim_channel_s": pim_busy + ffn_pim * LIBRA_PIM.channels}
+                "pim_channel_s": pim_busy + ffn_pim * LIBRA_PIM.channels,
+                "weight_bytes": w_attn + (w_ffn if split < b else 0) + split * w_ffn}
     if system not in ("NeuPIMs-like", "LibraPIM"):
         raise ConfigError(f"system must be one of {', '.join(SYSTEMS)}, not {system!r}")
     kind, count = plan
-    npu, pim, busy = [], [], 0.0
+    npu, pim, mac, busy, wbytes = [], [], [], 0.0, 0
     moved = np.zeros(len(lengths), dtype=bool)
     moved[np.argsort(-lengths, kind="stable")[:count]] = True  # a plan moves the longest
     for sub, mv in zip(_sub_batches(lengths), _sub_batches(moved), strict=True):
         b, k = len(sub), int(mv.sum())
+        f = 0.0  # the PIM MAC units' broadcast FFN, beside this sub-batch's NPU phase
         if kind == "all-pim":
             n_t = 0.0
             p_t, p_busy = device.pim_mha(sub)
             fc = device.pim_fc(b, attn + ffn)
             p_t, p_busy = p_t + fc, p_busy + fc * LIBRA_PIM.channels
+            wbytes += b * (w_attn + w_ffn)
         elif kind == "ffn-to-pim":
-            n_t = device.npu_fc(b, attn) + device.npu_fc(b - k, ffn)
+            # the FFN weights stream once for both: the NPU's b - k requests
+            # and, through the global buffer, the PIM's k (no read of its own)
+            stream = device.npu_fc(b - k, ffn) if b > k else w_ffn / device.npu_bandwidth
+            f = device.pim_ffn_broadcast(k)
+            n_t = device.npu_fc(b, attn) + max(stream, f)
             p_t, p_busy = device.pim_mha(sub)
-            fc = device.pim_fc(k, ffn)
-            p_t, p_busy = p_t + fc, p_busy + fc * LIBRA_PIM.channels
+            p_busy += f * LIBRA_PIM.channels
+            wbytes += (w_attn + w_ffn) if b else 0
         elif kind == "mha-to-npu":
             n_t = device.npu_fc(b, attn + ffn) + device.npu_mha(sub[mv])
             p_t, p_busy = device.pim_mha(sub[~mv])
+            wbytes += (w_attn + w_ffn) if b else 0
         else:
             n_t = device.npu_fc(b, attn + ffn)
             p_t, p_busy = device.pim_mha(sub)
+            wbytes += (w_attn + w_ffn) if b else 0
         npu.append(n_t)
         pim.append(p_t)
+        mac.append(f)
         busy += p_busy
-    layer = max(sum(npu), sum(pim), *(n + p for n, p in zip(npu, pim, strict=True)))
-    return {"layer_s": layer, "npu_s": sum(npu), "pim_s": sum(pim), "pim_channel_s": busy}
+    # the MAC units serve both sub-batches' attention and the broadcast FFN
+    layer = max(sum(npu), sum(pim) + sum(mac),
+                *(n + p for n, p in zip(npu, pim, strict=True)))
+    return {"layer_s": layer, "npu_s": sum(npu), "pim_s": sum(pim) + sum(mac),
+            "pim_channel_s": busy, "weight_bytes": wbytes}
 
 
 def generate(device: Device, system: str, lengths: np.ndarray, steps: int) -> dict:
@@ -293,6 +346,7 @@ def generate(device: Device, system: str, lengths: np.ndarray, steps: int) -> di
     per step); DBO decides per step under LibraPIM."""
     m = device.model
     total = npu = pim = busy = 0.0
+    wbytes = 0
     decisions = []
     for s in range(steps):
         cur = lengths + s
@@ -308,6 +362,7 @@ def generate(device: Device, system: str, lengths: np.ndarray, steps: int) -> di
         npu += t["npu_s"] * m.layers
         pim += t["pim_s"] * m.layers
         busy += t["pim_channel_s"] * m.layers
+        wbytes += t["weight_bytes"] * m.layers
         if decisions:
             decisions[-1]["simulated_s"] = t["layer_s"] * m.layers
     tokens = len(lengths) * steps
@@ -315,6 +370,7 @@ def generate(device: Device, system: str, lengths: np.ndarray, steps: int) -> di
             "npu_utilization": npu / total if total else 0.0,
             "pim_utilization": pim / total if total else 0.0,
             "pim_channel_utilization": busy / (LIBRA_PIM.channels * total) if total else 0.0,
+            "weight_gb_per_step": wbytes / steps / 1e9,
             "decisions": decisions}
 
 
@@ -335,7 +391,8 @@ def shapes(model: LibraModel) -> list[Shape]:
 
 def _point(p: dict) -> dict:
     model = LIBRA_MODELS[p["model"]]
-    device = Device(model, p["tp"], KernelTimer(pim_config(), p["mode"], p["table"]), p["t_ck"])
+    device = Device(model, p["tp"], KernelTimer(pim_config(), p["mode"], p["table"]), p["t_ck"],
+                    p["broadcast_mac_ccd"])
     lengths = input_lengths(p["input"], p["batch"], p["seed"], p["spread"])
     out = {"model": model.name, "batch": p["batch"], "input": p["input"], "systems": {}}
     for system in p["systems"]:
@@ -375,6 +432,7 @@ def librapim(data: dict, sw, progress: bool | None = None) -> dict:
                        sw, progress)
     points = [{"model": m.name, "batch": b, "input": i, "tp": data["tp"], "steps": data["steps"],
                "seed": data["seed"], "spread": data["spread"], "mode": data["mode"],
+               "broadcast_mac_ccd": data["broadcast_mac_ccd"],
                "table": tables["static"], "t_ck": t_ck_ns(LIBRA_PIM.profile),
                "systems": systems}
               for m in models for b in data["batches"] for i in data["inputs"]]
