@@ -195,9 +195,9 @@ class Device:
                 "ffn_npu": k_ffn * d2 / self.tp / LIBRA_NPU.flops,
                 "attn_bytes_s": k_attn * d2 / self.tp / self.npu_bandwidth,  # weights, once
                 "ffn_bytes_s": k_ffn * d2 / self.tp / self.npu_bandwidth,
-                # per request on the broadcast weight stream: its MAC rounds
-                "ffn_pim": self.ffn_words() * self.broadcast_ccd * self.t_ck_ns * 1e-9
-                / self.cfg.banks,
+                # per request on the broadcast weight stream: its share of a
+                # MAC round (a round serves one request per bank)
+                "ffn_pim": self.pim_ffn_broadcast(self.cfg.banks) / self.cfg.banks,
                 "fc_pim": self.pim_fc(1, m.attn_matrices() + m.ffn_matrices_shapes()),
                 "mha_pim": pair * pairs * self.t_ck_ns * 1e-9 / LIBRA_PIM.channels,
                 "mha_npu": self.npu_mha(np.array([longest]))}
@@ -312,7 +312,6 @@ def layer_time(device: Device, system: str, lengths: np.ndarray,
             p_t, p_busy = device.pim_mha(sub)
             fc = device.pim_fc(b, attn + ffn)
             p_t, p_busy = p_t + fc, p_busy + fc * LIBRA_PIM.channels
-            wbytes += b * (w_attn + w_ffn)
         elif kind == "ffn-to-pim":
             # the FFN weights stream once for both: the NPU's b - k requests
             # and, through the global buffer, the PIM's k (no read of its own)
@@ -321,15 +320,14 @@ def layer_time(device: Device, system: str, lengths: np.ndarray,
             n_t = device.npu_fc(b, attn) + max(stream, f)
             p_t, p_busy = device.pim_mha(sub)
             p_busy += f * LIBRA_PIM.channels
-            wbytes += (w_attn + w_ffn) if b else 0
         elif kind == "mha-to-npu":
             n_t = device.npu_fc(b, attn + ffn) + device.npu_mha(sub[mv])
             p_t, p_busy = device.pim_mha(sub[~mv])
-            wbytes += (w_attn + w_ffn) if b else 0
         else:
             n_t = device.npu_fc(b, attn + ffn)
             p_t, p_busy = device.pim_mha(sub)
-            wbytes += (w_attn + w_ffn) if b else 0
+        # the weights: a GEMV per token on PIM, else the NPU's one stream
+        wbytes += (b if kind == "all-pim" else min(b, 1)) * (w_attn + w_ffn)
         npu.append(n_t)
         pim.append(p_t)
         mac.append(f)

@@ -166,21 +166,29 @@ def serve(model: Model, system: System, capacity_gb: int, step: Step, timer: Ker
     check_preemption(asm)
     restores = {"recompute": 0, "swap": 0}
 
-    def stall(seconds: float) -> float:
-        busy["restore_s"] += seconds
-        return seconds
     # a STEP per layer and kernel (QK^T, SV) on each stage's modules: every
     # stage runs all its micro-batches' STEPs, 2 x layers per decode step
     dispatch_s = 2 * model.layers * hub_step_lead(timer.cfg, model.d_head) * tck
     batch_sizes = []
+
+    def restore_cost(how: str, tokens: int) -> float:
+        """Seconds of one rebuild, or of one way of a swap."""
+        if how == "recompute":
+            return recompute_s(model, system, modules, tokens)
+        return swap_s(model, system, asm, tp, pp, tokens)
+
+    def stall(how: str, tokens: int) -> float:
+        seconds = restore_cost(how, tokens)
+        busy["restore_s"] += seconds
+        return seconds
 
     def restore_of(tokens: int) -> str | None:
         if asm.preemption in ("recompute", "swap"):
             return asm.preemption
         if asm.preemption == "free":
             return None
-        swap = 2 * swap_s(model, system, asm, tp, pp, tokens)
-        return "swap" if swap < recompute_s(model, system, modules, tokens) else "recompute"
+        swap = 2 * restore_cost("swap", tokens)
+        return "swap" if swap < restore_cost("recompute", tokens) else "recompute"
 
     def release(r: Request, step_ops: dict) -> None:
         ledger["released_rows"] += len(pool.owned[r.idx])
@@ -217,12 +225,9 @@ def serve(model: Model, system: System, capacity_gb: int, step: Step, timer: Ker
             running.append(r)
             if r.admitted is None:
                 r.admitted = t
-            elif r.restore == "recompute":  # readmitted: its KV is rebuilt
-                t += stall(recompute_s(model, system, modules, r.length))
-                restores["recompute"] += 1
-            elif r.restore == "swap":  # readmitted: its KV comes back in
-                t += stall(swap_s(model, system, asm, tp, pp, r.length))
-                restores["swap"] += 1
+            elif r.restore:  # readmitted: its KV is rebuilt, or comes back in
+                t += stall(r.restore, r.length)
+                restores[r.restore] += 1
             ledger["granted_rows"] += len(got)
             ledger["max_rows_in_use"] = max(ledger["max_rows_in_use"], pool.used)
             step_ops["assign"] += 1
@@ -236,7 +241,7 @@ def serve(model: Model, system: System, capacity_gb: int, step: Step, timer: Ker
                 victim = running.pop()  # the youngest
                 victim.restore = restore_of(victim.length)
                 if victim.restore == "swap":  # out before its chunks go to others
-                    t += stall(swap_s(model, system, asm, tp, pp, victim.length))
+                    t += stall("swap", victim.length)
                 release(victim, step_ops)
                 victim.preempted += 1
                 queue.appendleft(victim)
