@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from golden.banks import BankTimer
-from golden.config import load_profile
+from golden.config import ConfigError, load_profile
 from golden.system import overlap
 from golden.system.kernel_timing import KernelTimer, Shape
 from golden.system.model import Assumptions, decode_step, neupims_segments
@@ -30,15 +30,17 @@ class _Recorder(BankTimer):
         super().apply(kind, banks, cycle, row)
 
 
-def _merged(cfg, kernel, reads):
-    """Every command of the merge, PIM and reads, as (cycle, kind, units)."""
-    events, cycles = overlap.pim_trace(cfg, kernel)
+def _merged(cfg, kernel, reads, banks="dual", events=None, stop=None):
+    """Every command of the merge, PIM and reads, as (cycle, kind, units, row)."""
+    cycles = None
+    if events is None:
+        events, cycles = overlap.pim_trace(cfg, kernel)
     log: list = []
     _Recorder.log = log
     real = overlap.BankTimer
     overlap.BankTimer = _Recorder
     try:
-        out = overlap.fill(cfg, events, reads)
+        out = overlap.fill(cfg, events, reads, stop=stop, banks=banks)
     finally:
         overlap.BankTimer = real
     return log, out, cycles
@@ -71,6 +73,96 @@ def test_merged_schedule_keeps_every_rule(shape):
             assert not replay.register_mode, f"read-side {k} at {c} in register mode"
         replay.apply(k, units, c, row)
     assert not any(k in REGISTER_KINDS for _, k, *_ in reads)
+
+
+def _hbm():
+    from golden.system.librapim import pim_config
+
+    return overlap.without_refresh(pim_config())
+
+
+def _replay_conventional(cfg, events, log):
+    """Replay a conventional-bank merge: no rule broken, one command a
+    cycle, the PIM's commands where they ran alone, and every bank in the
+    state each command needs (the PIM's MACs on its own open rows, its ACTs
+    on closed banks, each read on its own row)."""
+    fixed = set(events)
+    pim = [e for e in log if (e[0], e[1]) in fixed and (not e[2] or e[3] == overlap.PIM_ROW)]
+    assert [(c, k) for c, k, *_ in pim] == sorted(events)
+    cycles = [c for c, *_ in log]
+    assert len(cycles) == len(set(cycles)), "two commands in one cycle"
+    replay = BankTimer(cfg.banks, cfg.timing, bank_groups=cfg.bank_groups)
+    for c, k, units, row in sorted(log, key=lambda e: e[0]):
+        assert replay.earliest(k, units) <= c, f"{k} at {c} breaks a rule"
+        for u in units:
+            if k == "ACT":
+                assert replay.open_row[u] is None, f"ACT at {c} on an open bank {u}"
+            elif k == "RD":
+                assert replay.open_row[u] == row, f"RD at {c}: bank {u} has another row open"
+        replay.apply(k, units, c, row)
+    return [e for e in log if e not in pim]
+
+
+@pytest.mark.parametrize("shape", [Shape("qkt", 128, 1), Shape("sv", 128, 1),
+                                   Shape("fc", 1024)], ids=Shape.key)
+def test_conventional_banks_serve_the_pim_and_the_reads_in_turn(shape):
+    """A conventional bank (one row buffer, one set of I/O lines) serves
+    either the PIM or a read: beside a kernel no read fits (the PIM closes
+    its rows only for tRP between two rows), so the reads run after it,
+    at the read period, and the merge takes as long as the two in turn.
+    The same reads beside the same kernel on dual row buffers / dual-path
+    banks finish earlier by the slots they find there."""
+    cfg = _hbm()
+    kernel = shape.build(cfg, 3)
+    events, cycles = overlap.pim_trace(cfg, kernel)
+    assert overlap.read_slots(cfg, kernel, "conventional") == 0
+    reads = 300
+    log, out, _ = _merged(cfg, kernel, reads, "conventional")
+    mine = _replay_conventional(cfg, events, log)
+    assert out["reads"] == reads and sum(k == "RD" for _, k, *_ in mine) == reads
+    alone = overlap.fill(cfg, [], reads)["last"]
+    conventional = overlap.merged_cycles(cfg, kernel, reads, "conventional")
+    assert conventional >= cycles + alone - cfg.timing.t_rcd
+    assert conventional <= cycles + alone + cfg.timing.t_rp + cfg.timing.t_rcd
+    dual = overlap.merged_cycles(cfg, kernel, reads, "dual")
+    slots = overlap.read_slots(cfg, kernel, "dual")
+    assert slots > 0
+    assert dual == pytest.approx(overlap.segment_cycles(cycles, slots, reads,
+                                                        overlap.read_period(cfg)), rel=0.01)
+    assert dual < conventional
+
+
+def test_conventional_reads_use_a_bank_the_pim_leaves_closed():
+    """Between the PIM's PRE at 40 and its next ACT at 600 the banks are
+    closed: reads open their rows there, and close them in time for the
+    PIM's ACT (tRP before it); none issues where its PRE would not fit."""
+    cfg = _hbm()
+    tm = cfg.timing
+    events = [(0, "ACT"), (20, "RD"), (40, "PRE"), (600, "ACT"), (620, "RD"), (640, "PRE")]
+    log, out, _ = _merged(cfg, None, None, "conventional", events=events, stop=700)
+    mine = _replay_conventional(cfg, events, log)
+    rds = [c for c, k, *_ in mine if k == "RD"]
+    assert out["reads"] == len(rds)
+    before = [c for c in rds if c < 600]
+    assert len(before) > 100 and all(40 < c < 600 - tm.t_rp - tm.t_rtp for c in before)
+    assert all(c > 640 for c in rds if c >= 600)  # after the PIM's last PRE: free again
+    pres = [c for c, k, *_ in mine if k == "PRE" and c < 600]
+    assert pres and max(pres) <= 600 - tm.t_rp
+
+
+def test_reads_alternate_bank_groups_where_tccd_l_is_longer():
+    """On hbm2-pim (tCCD_L 4 > tCCD_S 2) the weights' rows lie in banks of
+    different bank groups and the reads alternate them: the stream runs at
+    tCCD_S, the channel's ``read_ccd``, not at tCCD_L."""
+    cfg = _hbm()
+    assert cfg.timing.t_ccd_l > cfg.timing.t_ccd == cfg.read_ccd
+    period = overlap.read_period(cfg)
+    assert cfg.timing.t_ccd <= period < cfg.timing.t_ccd * 1.02
+
+
+def test_an_unknown_bank_variant_is_refused():
+    with pytest.raises(ConfigError, match="banks must be one of dual, conventional"):
+        overlap.fill(CFG, [], 4, banks="shared")
 
 
 def test_reads_alone_stream_at_the_column_spacing():

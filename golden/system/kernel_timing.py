@@ -217,27 +217,35 @@ class KernelTimer:
         """Cycles per weight read with the channel to the reads alone."""
         return self._cached("read-period", lambda: overlap.read_period(self.plain))
 
-    def slot_calibration(self, shape: Shape) -> list[int]:
-        """Read slots beside ``SLOT_UNITS`` units of ``shape``. Cached."""
-        return self._cached(f"slots|{shape.key()}", lambda: [
-            overlap.read_slots(self.plain, shape.build(self.plain, u)) for u in SLOT_UNITS])
+    @staticmethod
+    def _slot_key(shape: Shape, banks: str) -> str:
+        overlap.check_banks(banks)
+        return f"slots|{shape.key()}" if banks == "dual" else f"slots|{banks}|{shape.key()}"
 
-    def slots(self, shape: Shape, units) -> np.ndarray:
-        """Weight reads that fit beside ``units`` units of ``shape`` (array).
-        Fast: linear through the calibration points (0, 0), (6, s6), (12,
-        s12) and on with the last slope; exact: the merge run at each count."""
+    def slot_calibration(self, shape: Shape, banks: str = "dual") -> list[int]:
+        """Read slots beside ``SLOT_UNITS`` units of ``shape`` on ``banks``
+        (``overlap.BANKS``). Cached."""
+        return self._cached(self._slot_key(shape, banks), lambda: [
+            overlap.read_slots(self.plain, shape.build(self.plain, u), banks)
+            for u in SLOT_UNITS])
+
+    def slots(self, shape: Shape, units, banks: str = "dual") -> np.ndarray:
+        """Weight reads that fit beside ``units`` units of ``shape`` on
+        ``banks`` (array). Fast: linear through the calibration points (0,
+        0), (6, s6), (12, s12) and on with the last slope; exact: the merge
+        run at each count."""
         u = np.asarray(units, dtype=np.int64)
         if self.mode == "exact":
             out = np.zeros(u.shape, dtype=np.float64)
             for value in np.unique(u):
                 if value > 0:
-                    key = (f"slots|{shape.key()}", int(value))
+                    key = (self._slot_key(shape, banks), int(value))
                     if key not in self._exact:
                         self._exact[key] = overlap.read_slots(
-                            self.plain, shape.build(self.plain, int(value)))
+                            self.plain, shape.build(self.plain, int(value)), banks)
                     out[u == value] = self._exact[key]
             return out
-        cal = self.slot_calibration(shape)
+        cal = self.slot_calibration(shape, banks)
         xs, ys = [0, *SLOT_UNITS], [0, *cal]
         slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
         return np.where(u <= xs[-1], np.interp(u, xs, ys), ys[-1] + (u - xs[-1]) * slope)

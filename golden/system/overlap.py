@@ -31,10 +31,26 @@ serving ``r`` reads then takes ``p + max(0, r - s) x period`` cycles
 (:func:`segment_cycles`), which ``tests/test_golden_overlap.py`` checks
 against :func:`fill` on the merged stream.
 
-The dual row buffer is modelled as the dual-path channel's two row-buffer
-units per bank (``golden.banks.BankTimer`` with two partitions): the reads
-use one unit of each bank, the PIM the other. Refresh is left out here,
-as in :mod:`golden.system.kernel_timing` (which adds it on its own clock).
+Two bank variants (``BANKS``):
+
+* ``dual``: NeuPIMs' dual row buffer, and LibraPIM's dual-path banks
+  (DEX; docs/dual-path.md) with the weights and the KV in different
+  partitions. Both are modelled as the dual-path channel's two row-buffer
+  units per bank (``golden.banks.BankTimer`` with two partitions): the
+  reads use one unit of each bank, the PIM the other. The column rules
+  (tCCD, tCCD_L) still space a read from a MAC, as on the RTL-verified
+  sliced channel.
+* ``conventional``: one row buffer and one set of local I/O lines per bank
+  (AiM, AttAcc): a bank either serves a read or the PIM. The reads share
+  the PIM's units; a read's row opens only in a bank the PIM has closed,
+  and only when its ACT, a read and its PRE fit before the PIM's next
+  command (the PIM's next ACT then finds the bank closed, tRP and tRC
+  after the reads' commands). In a kernel the PIM closes its rows only for
+  tRP between two rows, so almost no reads fit beside it: the channel
+  serves the two in turn.
+
+Refresh is left out here, as in :mod:`golden.system.kernel_timing` (which
+adds it on its own clock).
 """
 
 from __future__ import annotations
@@ -53,6 +69,13 @@ from golden.kernels import Kernel
 READ_BYTES = LANES * 2
 #: Reads the read period is measured over: whole rows of every bank, twice.
 PERIOD_ROWS = 2
+#: Bank variants of the merge (module docstring).
+BANKS = ("dual", "conventional")
+#: Row marker of a row the PIM opened (conventional banks): no read's row.
+PIM_ROW = -1
+#: Cycles a read's PRE keeps in hand before the deadline the PIM's next
+#: command sets (conventional banks), for the command bus.
+PRE_MARGIN = 4
 
 
 def without_refresh(cfg: ChannelConfig) -> ChannelConfig:
@@ -78,23 +101,35 @@ class _Pim:
             self.by_kind.setdefault(k, []).append(c)
 
 
+def check_banks(banks: str) -> None:
+    if banks not in BANKS:
+        raise ConfigError(f"banks must be one of {', '.join(BANKS)}, not {banks!r}")
+
+
 def fill(cfg: ChannelConfig, events: list[tuple[int, str]], reads: int | None,
-         stop: int | None = None) -> dict:
+         stop: int | None = None, banks: str = "dual") -> dict:
     """Issue ``reads`` weight reads (``None``: unlimited) beside the PIM
     commands ``events`` (``(cycle, kind)``, as :func:`pim_trace` gives
-    them), never delaying one. Stops when the reads are done or at cycle
-    ``stop``. Returns ``reads`` (issued), ``last`` (the cycle after the last
-    read, 0 if none) and ``acts`` (rows the reads opened)."""
+    them) on ``banks`` (``BANKS``), never delaying one. Stops when the
+    reads are done or at cycle ``stop``. Returns ``reads`` (issued),
+    ``last`` (the cycle after the last read, 0 if none) and ``acts`` (rows
+    the reads opened)."""
     if reads is None and stop is None:
         raise ValueError("fill: unlimited reads need a stop cycle")
+    check_banks(banks)
+    shared = banks == "conventional"
     tm = cfg.timing
     n = cfg.banks
-    timer = BankTimer(n, tm, slice_rows=1, bank_groups=cfg.bank_groups)
+    timer = BankTimer(n, tm, slice_rows=0 if shared else 1, bank_groups=cfg.bank_groups)
     pim = _Pim(events)
-    pim_units = list(range(n, 2 * n))
-    # rules from a read's command to a later PIM command (channel and bank-group level)
+    pim_units = list(range(n)) if shared else list(range(n, 2 * n))
+    # rules from a read's command to a later PIM command (channel and bank-group
+    # level; on conventional banks the bank's own rules too: the units are shared)
+    levels = ("channel", "bankgroup", "bank") if shared else ("channel", "bankgroup")
     after = [(c.following, c.preceding, c.latency, c.window) for c in timer.rules
-             if c.level in ("channel", "bankgroup")]
+             if c.level in levels]
+    # the PIM's commands that need a conventional bank closed, or its own row open
+    bank_cycles = sorted(c for c, k in pim.events if k in ("PRE", "ACT", "RD", "MODE"))
     mine: dict[str, list[int]] = {}  # the reads' own commands, per kind, in order
     applied = 0
     done = acts = 0
@@ -108,7 +143,7 @@ def fill(cfg: ChannelConfig, events: list[tuple[int, str]], reads: int | None,
         while applied < len(pim.events) and pim.events[applied][0] < until:
             c, k = pim.events[applied]
             units = pim_units if k in ("PRE", "ACT", "RD") else []
-            timer.apply(k, units, c, 1)
+            timer.apply(k, units, c, PIM_ROW if shared else 1)
             applied += 1
 
     def count(kinds, lo: int, hi: int, extra: int) -> int:
@@ -134,9 +169,17 @@ def fill(cfg: ChannelConfig, events: list[tuple[int, str]], reads: int | None,
                     i += 1
         return False
 
-    def action(b: int) -> tuple[str, int, int]:
-        """(kind, unit, row) the block ``b`` needs next: PRE, ACT or RD."""
-        bank, row = b % n, b // n
+    # the weights' layout: a block is one row in each of ``groups`` banks of
+    # different bank groups, its reads alternating them (tCCD_S apart), where
+    # the device spaces reads in one group further (tCCD_L > tCCD); else one
+    # row of one bank
+    groups = cfg.bank_groups if tm.t_ccd_l > tm.t_ccd and n % cfg.bank_groups == 0 else 1
+    per = n // groups
+    size = cfg.cols * groups  # reads a block
+
+    def action(b: int, i: int) -> tuple[str, int, int]:
+        """(kind, unit, row) read ``i`` of block ``b`` needs next: PRE, ACT or RD."""
+        bank, row = (i % groups) * per + b % per, b // per
         open_row = timer.open_row[bank]
         if open_row is None:
             return "ACT", bank, row
@@ -144,14 +187,50 @@ def fill(cfg: ChannelConfig, events: list[tuple[int, str]], reads: int | None,
             return "PRE", bank, row
         return "RD", bank, row
 
+    # conventional banks: the cycles a read's ACT, RD and PRE need before the
+    # PIM's next bank command (its ACT finds the bank closed, tRC and tRP after
+    # ours), besides one cycle for the PRE of each row the reads hold open
+    act_room = max(tm.t_rc, max(tm.t_ras, tm.t_rcd + tm.t_rtp) + tm.t_rp) + 1 + PRE_MARGIN
+    rd_room = tm.t_rtp + tm.t_rp + PRE_MARGIN
+
+    def fits(kind: str, unit: int, t: int) -> bool:
+        """Conventional banks: ``kind`` on ``unit`` at ``t`` leaves the bank
+        as the PIM's next command needs it."""
+        i = bisect_left(bank_cycles, t)
+        room = bank_cycles[i] - t if i < len(bank_cycles) else None
+        if kind == "PRE":  # the PIM's row closes only once the PIM is done with the banks
+            return timer.open_row[unit] != PIM_ROW or room is None
+        held = sum(r not in (None, PIM_ROW) for r in timer.open_row)
+        return room is None or room >= (act_room if kind == "ACT" else rd_room) + held
+
+    def closing(t: int) -> list[tuple[str, int, int]]:
+        """Conventional banks: PREs of the reads' rows that can take no more
+        reads before the PIM needs the banks."""
+        return [("PRE", u, 0) for u, r in enumerate(timer.open_row)
+                if r not in (None, PIM_ROW) and not fits("RD", u, t)]
+
     while (reads is None or done < reads) and (stop is None or t < stop):
         catch_up(t)
         left = None if reads is None else reads - done
-        options = [action(block)]
-        # the next block's row opens ahead once this block's row is open
-        more = left is None or left > cfg.cols - in_block
-        if options[0][0] == "RD" and more and n > 1 and action(block + 1)[0] != "RD":
-            options.append(action(block + 1))
+        options = [action(block, in_block)]
+        # the rows of the block's other banks open beside it; the next block's
+        # first row ahead, once the current read's row is open
+        for j in range(1, min(groups, size - in_block)):
+            a = action(block, in_block + j)
+            if a[0] != "RD":
+                options.append(a)
+        if options[0][0] == "RD" and (left is None or left > size - in_block) and n > 1:
+            for j in range(groups):
+                a = action(block + 1, j)
+                if a[0] != "RD":
+                    options.append(a)
+                    break
+        if shared:
+            options = closing(t) or [o for o in options if fits(o[0], o[1], t)]
+            if not options:  # nothing fits before the PIM's next bank command: after it
+                i = bisect_left(bank_cycles, t)
+                t = bank_cycles[i] + 1 if i < len(bank_cycles) else t + 1
+                continue
         ready = [max(t, timer.earliest(k, [u])) for k, u, _ in options]
         c = min(ready)
         if c > t:  # nothing can issue before c: move there (and apply the PIM up to it)
@@ -182,7 +261,7 @@ def fill(cfg: ChannelConfig, events: list[tuple[int, str]], reads: int | None,
                         done += 1
                         in_block += 1
                         last = t + 1
-                        if in_block == cfg.cols:
+                        if in_block == size:
                             block, in_block = block + 1, 0
                     elif kind == "ACT":
                         acts += 1
@@ -191,10 +270,10 @@ def fill(cfg: ChannelConfig, events: list[tuple[int, str]], reads: int | None,
     return {"reads": done, "last": last, "acts": acts}
 
 
-def read_slots(cfg: ChannelConfig, kernel: Kernel) -> int:
-    """Reads that fit beside ``kernel`` (the read supply unlimited)."""
+def read_slots(cfg: ChannelConfig, kernel: Kernel, banks: str = "dual") -> int:
+    """Reads that fit beside ``kernel`` on ``banks`` (the read supply unlimited)."""
     events, cycles = pim_trace(cfg, kernel)
-    return fill(cfg, events, None, stop=cycles)["reads"]
+    return fill(cfg, events, None, stop=cycles, banks=banks)["reads"]
 
 
 def read_period(cfg: ChannelConfig) -> float:
@@ -203,11 +282,11 @@ def read_period(cfg: ChannelConfig) -> float:
     return fill(cfg, [], n)["last"] / n
 
 
-def merged_cycles(cfg: ChannelConfig, kernel: Kernel, reads: int) -> int:
-    """Cycle-exact: ``kernel`` with ``reads`` weight reads beside it, the
-    cycle after the later of the two."""
+def merged_cycles(cfg: ChannelConfig, kernel: Kernel, reads: int, banks: str = "dual") -> int:
+    """Cycle-exact: ``kernel`` with ``reads`` weight reads beside it on
+    ``banks``, the cycle after the later of the two."""
     events, cycles = pim_trace(cfg, kernel)
-    return max(cycles, fill(cfg, events, reads)["last"])
+    return max(cycles, fill(cfg, events, reads, banks=banks)["last"])
 
 
 def segment_cycles(pim_cycles, slots, reads, period: float):
