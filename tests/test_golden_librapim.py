@@ -8,15 +8,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from golden.config import ConfigError, load_profile
-from golden.system import pimphony, scenario, sweep
-from golden.system.kernel_timing import KernelTimer
+from golden.system import overlap, pimphony, scenario, sweep
+from golden.system.kernel_timing import KernelTimer, Shape
 from golden.system.librapim import (
     PLANS,
     Device,
     dbo,
     layer_time,
+    pim_config,
     predicted_time,
+    segment,
 )
+from golden.system.model import neupims_segments
 from golden.system.reference import LIBRA_MODELS, LIBRA_PIM
 
 
@@ -80,26 +83,96 @@ def test_k_ffn_is_16_for_gpt3():
 
 
 def test_layer_times_by_hand():
-    """Serial: NPU FC then PIM attention. Pipelined: two sub-batches,
-    max(NPU total, PIM total, each sub-batch's NPU + PIM)."""
+    """Serial NPU+AiM: the NPU's FC alone (its reads at the read period),
+    then the PIM's attention alone. Pipelined: NeuPIMs' segments, each the
+    longer of the NPU's FLOPs and the slowest channel, whose reads take the
+    attention's slots and run on after it."""
     dev = device()
     m = dev.model
     mats = m.attn_matrices() + m.ffn_matrices_shapes()
     lengths = np.array([300, 200, 900, 50] * 16)
+    tck = 1e-9
+    period = dev.timer.read_period()
     serial = layer_time(dev, "NPU+AiM", lengths)
-    assert serial["layer_s"] == pytest.approx(dev.npu_fc(64, mats) + dev.pim_mha(lengths)[0])
-    a, b = lengths[0::2], lengths[1::2]
-    n = [dev.npu_fc(32, mats)] * 2
-    p = [dev.pim_mha(a)[0], dev.pim_mha(b)[0]]
+    fc = dev.npu_work(64, mats)
+    att = dev.attention(lengths, "conventional")
+    assert att["slots"].sum() == 0  # conventional banks: no read beside a kernel
+    assert serial["layer_s"] == pytest.approx(max(fc["flops_s"], fc["reads"] * period * tck)
+                                              + att["load"].max() * tck)
+    assert dev.pim_mha(lengths)[0] == pytest.approx(att["load"].max() * tck)
     piped = layer_time(dev, "NeuPIMs-like", lengths)
-    assert piped["layer_s"] == pytest.approx(max(sum(n), sum(p), n[0] + p[0], n[1] + p[1]))
-    # each sub-batch reads the FC weights again: memory-bound FC costs twice
-    assert dev.npu_fc(32, mats) == pytest.approx(dev.npu_fc(64, mats))
+    subs = [lengths[0::2], lengths[1::2]]
+    qkv = [dev.npu_work(32, mats[:1])] * 2
+    post = [dev.npu_work(32, mats[1:])] * 2
+    atts = [dev.attention(sub, "dual") for sub in subs]
+    total = 0.0
+    for parts, x, y in neupims_segments(m.layers):
+        reads = (post[x]["reads"] if "post" in parts else 0) + (
+            qkv[x]["reads"] if "pre" in parts else 0)
+        flops = (post[x]["flops_s"] if "post" in parts else 0) + (
+            qkv[x]["flops_s"] if "pre" in parts else 0)
+        if y is None:
+            chan = reads * period
+        else:
+            load, slots = atts[y]["load"], atts[y]["slots"]
+            phase = load.max()
+            chan = max(phase + max(0.0, reads - sl - (phase - ld) / period) * period
+                       for ld, sl in zip(load, slots, strict=True))
+        total += max(flops, chan * tck)
+    assert piped["layer_s"] * m.layers == pytest.approx(total)
+    # each sub-batch reads the FC weights again
+    assert piped["weight_bytes"] == 2 * serial["weight_bytes"]
     # moving attention to the NPU shifts work from PIM to the NPU
     moved = layer_time(dev, "LibraPIM", lengths, ("mha-to-npu", 16))
     assert moved["pim_s"] < piped["pim_s"] and moved["npu_s"] > piped["npu_s"]
     with pytest.raises(ConfigError, match="system must be one of"):
         layer_time(dev, "GPU", lengths)
+
+
+def _concat(cfg, kernels):
+    from golden.kernels import Kernel
+
+    return Kernel("pairs", [c for k in kernels for c in k.commands],
+                  [w for k in kernels for w in k.wdata], [], [])
+
+
+def test_pipelined_step_equals_the_channels_merged_by_hand():
+    """A small model on the cycle-exact channel: every NeuPIMs segment
+    composed by hand from the merge of each channel's real command stream
+    (its pairs' QK^T and SV kernels, back to back) with the NPU's weight
+    reads (``overlap.fill``), the segment lasting the longer of the NPU's
+    FLOPs and the slowest channel. The system timing (kernel cycles, read
+    slots and the read period) agrees within 2 %."""
+    from golden.system.reference import LibraModel
+
+    cfg = overlap.without_refresh(pim_config())
+    tiny = LibraModel("tiny", layers=2, heads=2, kv_heads=2, d_head=128, d_model=1024,
+                      d_ff=2048, ffn_matrices=2)
+    dev = Device(tiny, 1, KernelTimer(cfg, "exact"), 1.0)
+    lengths = np.array([40, 500, 300, 20])
+    got = layer_time(dev, "NeuPIMs-like", lengths)["layer_s"] * tiny.layers
+    mats = tiny.attn_matrices() + tiny.ffn_matrices_shapes()
+    q, s = Shape("qkt", 128, 1), Shape("sv", 128, 1)
+    streams = []  # per sub-batch: each used channel's events and PIM cycles
+    for sub in (lengths[0::2], lengths[1::2]):
+        chans = []
+        for n in np.repeat(sub, tiny.kv_heads):  # one pair a channel (4 pairs, 64 channels)
+            k = _concat(cfg, [q.build(cfg, int(q.units(cfg, n))),
+                              s.build(cfg, int(s.units(cfg, n)))])
+            chans.append(overlap.pim_trace(cfg, k))
+        streams.append(chans)
+    hand = 0.0
+    for parts, _, y in neupims_segments(tiny.layers):
+        chosen = ([mats[0]] if "pre" in parts else []) + (mats[1:] if "post" in parts else [])
+        work = dev.npu_work(2, chosen)
+        alone = overlap.fill(cfg, [], work["reads"])["last"]
+        cycles = [alone] + ([max(c, overlap.fill(cfg, ev, work["reads"])["last"])
+                             for ev, c in streams[y]] if y is not None else [])
+        hand += max(work["flops_s"], max(cycles) * 1e-9)
+    assert got == pytest.approx(hand, rel=0.02)
+    # the reads do not all fit: the NPU's stream sets some segments
+    assert any(dev.npu_work(2, mats[1:])["reads"] > sl for sl in
+               dev.attention(lengths[0::2], "dual")["slots"])
 
 
 def test_broadcast_ffn_adds_no_weight_reads():
@@ -126,32 +199,39 @@ def test_broadcast_ffn_adds_no_weight_reads():
 
 def test_broadcast_ffn_timing_by_hand():
     """A word of the FFN stream feeds one request per bank's MAC unit per
-    all-bank MAC spacing; the NPU phase of a sub-batch lasts the longer of
-    its stream and the PIM's MAC rounds on it, and the MAC rounds add to
-    the PIM's busy time beside the sub-batches' attention."""
+    all-bank MAC spacing; the rounds run on the channel after the other
+    sub-batch's attention, the stream's reads beside both, and they add to
+    the PIM's busy time."""
     dev = device("GPT3-175B")
     m, cfg = dev.model, dev.cfg
-    attn, ffn = m.attn_matrices(), m.ffn_matrices_shapes()
+    ffn = m.ffn_matrices_shapes()
     elems = sum(i * o for i, o in ffn) // dev.tp
     words = -(-elems // (LIBRA_PIM.channels * 16))
     assert dev.ffn_words() == words
     for k, rounds in ((1, 1), (16, 1), (17, 2), (128, 8)):
         assert dev.pim_ffn_broadcast(k) == pytest.approx(
             words * rounds * cfg.timing.mac_ccd * 1e-9)
+    # a segment with the FFN moved: the channel runs the other sub-batch's
+    # attention and the rounds; the FFN stream's reads take the attention's
+    # slots, its idle cycles and the rounds' cycles, the rest run after
     lengths = np.full(256, 16)
-    k = 40  # 20 longest per sub-batch (all equal: the first 40 by index)
-    t = layer_time(dev, "LibraPIM", lengths, ("ffn-to-pim", k))
-    moved = np.zeros(256, dtype=bool)
-    moved[np.argsort(-lengths, kind="stable")[:k]] = True
-    n, p, f = [], [], []
-    for sub, mv in ((lengths[0::2], moved[0::2]), (lengths[1::2], moved[1::2])):
-        kk = int(mv.sum())
-        f.append(dev.pim_ffn_broadcast(kk))
-        n.append(dev.npu_fc(len(sub), attn) + max(dev.npu_fc(len(sub) - kk, ffn), f[-1]))
-        p.append(dev.pim_mha(sub)[0])
-    assert t["layer_s"] == pytest.approx(max(sum(n), sum(p) + sum(f), n[0] + p[0],
-                                             n[1] + p[1]))
-    assert t["pim_s"] == pytest.approx(sum(p) + sum(f))
+    att = dev.attention(lengths[1::2], "dual")
+    period = dev.timer.read_period()
+    work = dev.npu_work(108, ffn, stream=True)
+    rounds = dev.broadcast_cycles(20)
+    assert rounds == pytest.approx(words * 2 * cfg.timing.mac_ccd)
+    seg = segment(dev, "NeuPIMs-like", work, att, rounds)
+    load = att["load"] + rounds
+    phase = load.max()
+    chan = max(phase + max(0.0, work["reads"] - sl - (rounds + phase - ld) / period) * period
+               for ld, sl in zip(load, att["slots"], strict=True))
+    assert seg["s"] == pytest.approx(max(work["flops_s"], chan * 1e-9))
+    assert seg["pim_s"] == pytest.approx(phase * 1e-9)
+    # the whole step: each sub-batch's 20 moved requests' rounds once a layer on the PIM
+    none = layer_time(dev, "LibraPIM", lengths)
+    t = layer_time(dev, "LibraPIM", lengths, ("ffn-to-pim", 40))
+    assert t["pim_s"] == pytest.approx(none["pim_s"] + 2 * rounds * 1e-9)
+    assert t["npu_s"] < none["npu_s"] and t["layer_s"] > none["layer_s"]
 
 
 def test_tp_must_divide_the_kv_heads():

@@ -5,27 +5,36 @@ One device (``tp`` of them share each layer) is the NPU of
 ``golden.system.reference.LIBRA_NPU`` beside ``LIBRA_PIM.channels`` PIM channels of
 the ``hbm2-pim`` profile. Per decoder layer and generation step:
 
-* **NPU** runs the FC layers (QKV, O, FFN) as a roofline: ``max(FLOPs /
-  peak, weight bytes / bandwidth)``; the bandwidth is the channels' normal
-  path, ``channels x 32 B / (tCCD x tCK)``. Attention moved to the NPU is a
-  GEMV over the request's KV at that bandwidth.
+* **NPU** runs the FC layers (QKV, O, FFN): its FLOPs at its peak, its
+  weights read from every channel (``npu_work``: reads per channel, paced
+  by the channel, ``overlap.read_period``). Attention moved to the NPU is
+  a GEMV over the request's KV, read the same way.
 * **PIM** runs attention: each (request, KV head) pair's QK^T and SV kernels
   (``golden.kernels``, row-reuse GQA) on one channel, pairs round-robin
   over the channels, timed by :class:`golden.system.kernel_timing.KernelTimer`.
   An FC moved to PIM is one GEMV kernel per token.
 
-**Systems.**
+**Systems** (each on its banks, ``BANKS``; the NPU's weight reads and the
+PIM's commands share each channel's command bus and column rules,
+:mod:`golden.system.overlap`):
 
 * ``NPU+AiM``: FC on the NPU, then attention on PIM, no overlap.
-* ``AttAcc-like``: the FFN is co-processed (its tokens split between NPU
-  and PIM to finish together), attention on PIM; the phases serialize.
-* ``NeuPIMs-like``: two sub-batches pipelined, NPU and PIM concurrently (the
-  dual row buffer lets NPU weight reads and PIM MACs share the banks).
-* ``LibraPIM``: the same pipeline on dual-path banks (DEX) plus DBO.
+* ``AttAcc-like``: the NPU's QKV beside the PIM's attention head by head,
+  the O projection, then the FFN co-processed (its tokens split between
+  NPU and PIM GEMVs, the split the fastest); on conventional banks a read
+  and the PIM take turns, so the overlap gains only where the NPU's FLOPs
+  bound it.
+* ``NeuPIMs-like``: two sub-batches in NeuPIMs' segments
+  (``golden.system.model.neupims_segments``): one sub-batch's FC on the
+  NPU beside the other's attention on PIM, on dual row buffers.
+* ``LibraPIM``: the same segments on dual-path banks (DEX: the weights and
+  the offloaded KV in one partition, the KV in the other; the sliced path
+  adds ``dex_overhead`` to a read), plus DBO.
 
-With two sub-batches whose NPU and PIM times are ``n_k`` and ``p_k``, a
-pipelined layer lasts ``max(n_A + n_B, p_A + p_B, n_A + p_A, n_B + p_B)``;
-a serial one ``n_A + p_A + n_B + p_B``.
+A segment lasts the longer of the NPU's FLOPs and the slowest channel; a
+channel runs its PIM kernels, the NPU's reads taking the read slots the
+cycle-exact merge finds beside them (:func:`segment`), the rest after them
+at the read period. The NPU's FC reads its weights once per sub-batch.
 
 **DBO** (LibraPIM Algorithm 1, REFERENCE.md) decides at the start of every
 generation step from the longest sequence ``L`` in the group, with its own
@@ -50,17 +59,31 @@ taken (:func:`dbo`).
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
 from golden.config import ConfigError
 from golden.isa import LANES
+from golden.system import overlap
 from golden.system.kernel_timing import KernelTimer, Shape
-from golden.system.model import Assumptions, calibrate, channel_config, check_mode, t_ck_ns
+from golden.system.model import (
+    Assumptions,
+    calibrate,
+    channel_config,
+    check_mode,
+    neupims_segments,
+    t_ck_ns,
+)
 from golden.system.reference import LIBRA_MODELS, LIBRA_NPU, LIBRA_PIM, LibraModel
 
 SYSTEMS = ("NPU+AiM", "AttAcc-like", "NeuPIMs-like", "LibraPIM")
+#: Each system's banks (``golden.system.overlap.BANKS``): AiM and AttAcc's
+#: conventional banks serve a read or the PIM at a time; NeuPIMs' dual row
+#: buffer and LibraPIM's dual-path banks keep a row open for each.
+BANKS = {"NPU+AiM": "conventional", "AttAcc-like": "conventional", "NeuPIMs-like": "dual",
+         "LibraPIM": "dual"}
 PLANS = ("none", "all-pim", "ffn-to-pim", "mha-to-npu")
 
 
@@ -87,6 +110,9 @@ class Device:
     #: assumption: the paper gives none); 0: the all-bank MAC spacing
     #: ``Timing.mac_ccd``, as if each round were an array access
     broadcast_mac_ccd: int = 0
+    #: fraction the dual-path banks' sliced path adds to LibraPIM's normal
+    #: reads (REFERENCE.md: 2 % worst case on the connected path)
+    dex_overhead: float = 0.0
 
     def __post_init__(self):
         check_tp(self.model, self.tp)
@@ -108,6 +134,65 @@ class Device:
         (``Timing.mac_ccd``) per channel."""
         return (LIBRA_PIM.channels * self.cfg.banks * LANES * 2
                 / (self.cfg.timing.mac_ccd * self.t_ck_ns * 1e-9))
+
+    def period(self, system: str) -> float:
+        """Cycles per weight read on a channel, the reads alone
+        (``overlap.read_period``, measured on the channel); on LibraPIM's
+        dual-path banks longer by ``dex_overhead``."""
+        p = self.timer.read_period()
+        return p * (1 + self.dex_overhead) if system == "LibraPIM" else p
+
+    # -- work of a segment (golden.system.librapim.segment) ---------------------
+    def npu_work(self, tokens: int, matrices, stream: bool = False) -> dict:
+        """The NPU's FC ``matrices`` for ``tokens`` requests: FLOP seconds and
+        the weight reads per channel (the weights interleaved over every
+        channel); ``stream``: the weights are read even for no tokens."""
+        flops = 2 * max(tokens, 0) * sum(i * o for i, o in matrices) / self.tp / LIBRA_NPU.flops
+        read = tokens > 0 or stream
+        return {"flops_s": flops,
+                "reads": overlap.reads_for(self.weight_bytes(matrices), LIBRA_PIM.channels)
+                if read else 0}
+
+    def npu_attention(self, lengths: np.ndarray) -> dict:
+        """Attention moved to the NPU: a GEMV over each request's K and V,
+        read from the weight partition over every channel."""
+        m = self.model
+        flops = 4 * float(lengths.sum()) * (m.heads // self.tp) * m.d_head / LIBRA_NPU.flops
+        return {"flops_s": flops,
+                "reads": overlap.reads_for(int(self.kv_bytes(lengths).sum()), LIBRA_PIM.channels)}
+
+    def attention(self, lengths: np.ndarray, banks: str) -> dict | None:
+        """Per channel: the cycles of its (request, KV head) pairs' QK^T and
+        SV kernels (``load``, pairs round-robin over the channels) and the
+        weight reads that fit beside them on ``banks`` (``slots``)."""
+        if not len(lengths):
+            return None
+        m = self.model
+        pairs = np.repeat(lengths, m.kv_heads // self.tp)
+        q, s = Shape("qkt", m.d_head, m.group), Shape("sv", m.d_head, m.group)
+        uq, us = q.units(self.cfg, pairs), s.units(self.cfg, pairs)
+        cycles = self.timer(q, uq)["cycles"] + self.timer(s, us)["cycles"]
+        slots = self.timer.slots(q, uq, banks) + self.timer.slots(s, us, banks)
+        where = np.arange(len(pairs)) % LIBRA_PIM.channels
+        ch = LIBRA_PIM.channels
+        return {"load": np.bincount(where, cycles, minlength=ch).astype(np.float64),
+                "slots": np.bincount(where, slots, minlength=ch).astype(np.float64)}
+
+    def pim_fc_load(self, tokens: int, matrices, banks: str) -> dict:
+        """Per channel: ``tokens`` GEMVs of ``matrices`` (each matrix's
+        outputs over every channel) and the reads that fit beside them."""
+        cyc = slots = 0.0
+        for d_in, d_out in matrices:
+            sh = Shape("fc", d_in)
+            u = sh.units(self.cfg, -(-d_out // (self.tp * LIBRA_PIM.channels)))
+            cyc += float(self.timer(sh, u)["cycles"])
+            slots += float(self.timer.slots(sh, u, banks))
+        ch = LIBRA_PIM.channels
+        return {"load": np.full(ch, tokens * cyc), "slots": np.full(ch, tokens * slots)}
+
+    def broadcast_cycles(self, tokens: int) -> float:
+        """:meth:`pim_ffn_broadcast` in channel cycles."""
+        return self.pim_ffn_broadcast(tokens) / (self.t_ck_ns * 1e-9)
 
     # -- simulated times (seconds per layer) ------------------------------------
     def npu_fc(self, tokens: int, matrices) -> float:
@@ -263,80 +348,170 @@ def _sub_batches(lengths: np.ndarray) -> list[np.ndarray]:
     return [lengths[0::2], lengths[1::2]]
 
 
+def _add(*works: dict | None) -> dict:
+    """NPU work summed: FLOP seconds and reads per channel."""
+    return {"flops_s": sum(w["flops_s"] for w in works if w),
+            "reads": sum(w["reads"] for w in works if w)}
+
+
+def segment(device: Device, system: str, npu: dict | None, att: dict | None,
+            rounds: float = 0.0) -> dict[str, float]:
+    """The NPU's work ``npu`` (FLOP seconds, weight reads per channel) beside
+    the PIM's ``att`` (per channel: kernel cycles ``load`` and the reads
+    that fit beside them, ``slots``, on the system's banks) and ``rounds``
+    cycles of broadcast MAC rounds on every channel. Each channel runs its
+    PIM work; the reads take its slots, its idle cycles while the slowest
+    channel finishes and the rounds (whose words they are), and the rest run
+    after it at the read period (``golden.system.overlap.segment_cycles``).
+    The segment lasts the longer of the NPU's FLOPs and the slowest
+    channel. Returns ``s`` (seconds), ``npu_s`` (the NPU's own roofline),
+    ``pim_s`` (the PIM's phase) and ``pim_channel_s`` (PIM busy
+    channel-seconds)."""
+    period, tck = device.period(system), device.t_ck_ns * 1e-9
+    reads = npu["reads"] if npu else 0
+    flops = npu["flops_s"] if npu else 0.0
+    ch = LIBRA_PIM.channels
+    load = att["load"] if att else np.zeros(ch)
+    slots = att["slots"] if att else np.zeros(ch)
+    work = load + rounds
+    phase = float(work.max())
+    free = slots + (rounds + phase - work) / period
+    chan = float(np.max(overlap.segment_cycles(phase, free, reads, period)))
+    return {"s": max(flops, chan * tck), "npu_s": max(flops, reads * period * tck),
+            "pim_s": phase * tck, "pim_channel_s": float(work.sum()) * tck}
+
+
+def _schedule(device: Device, system: str, segs, times=None) -> dict[str, float]:
+    """The segments ``segs`` (``(npu, att, rounds)``) in turn, each run
+    ``times[i]`` times (1 by default)."""
+    out = dict.fromkeys(("s", "npu_s", "pim_s", "pim_channel_s"), 0.0)
+    for i, (npu, att, rounds) in enumerate(segs):
+        n = 1 if times is None else times[i]
+        for k, v in segment(device, system, npu, att, rounds).items():
+            out[k] += n * v
+    return out
+
+
 def layer_time(device: Device, system: str, lengths: np.ndarray,
                plan: tuple[str, int] = ("none", 0)) -> dict[str, float]:
-    """Seconds per decoder layer of one generation step, with the NPU and
-    PIM busy seconds and the FC weight bytes read from DRAM
-    (``weight_bytes``: the NPU's stream, once per sub-batch, and the PIM's
-    GEMVs, once per token)."""
+    """Seconds per decoder layer of one generation step (a whole step's
+    segments over the layers), with the NPU and PIM busy seconds and the FC
+    weight bytes read from DRAM (``weight_bytes``: the NPU's stream, once
+    per sub-batch, and the PIM's GEMVs, once per token)."""
+    if system not in SYSTEMS:
+        raise ConfigError(f"system must be one of {', '.join(SYSTEMS)}, not {system!r}")
     m = device.model
     attn, ffn = m.attn_matrices(), m.ffn_matrices_shapes()
+    qkv, o = attn[:1], attn[1:]
     w_attn, w_ffn = device.weight_bytes(attn), device.weight_bytes(ffn)
-    if system == "NPU+AiM":
-        npu = device.npu_fc(len(lengths), attn + ffn)
-        pim, pim_busy = device.pim_mha(lengths)
-        return {"layer_s": npu + pim, "npu_s": npu, "pim_s": pim,
-                "pim_channel_s": pim_busy, "weight_bytes": w_attn + w_ffn}
-    if system == "AttAcc-like":
-        npu_attn = device.npu_fc(len(lengths), attn)
-        pim, pim_busy = device.pim_mha(lengths)
-        b = len(lengths)
-        # NPU time falls and PIM time grows with the tokens moved: bisect
-        # for the first split where PIM is the slower
-        lo, hi = 0, b
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if device.pim_fc(mid, ffn) >= device.npu_fc(b - mid, ffn):
-                hi = mid
-            else:
-                lo = mid + 1
-        # the NPU side is flat while weight reads bound it: prefer fewer moved
-        split = min({0, max(lo - 1, 0), lo}, key=lambda k: (
-            max(device.npu_fc(b - k, ffn), device.pim_fc(k, ffn)), k))
-        ffn_npu, ffn_pim = device.npu_fc(b - split, ffn), device.pim_fc(split, ffn)
-        return {"layer_s": npu_attn + pim + max(ffn_npu, ffn_pim),
-                "npu_s": npu_attn + ffn_npu, "pim_s": pim + ffn_pim,
-                "pim_channel_s": pim_busy + ffn_pim * LIBRA_PIM.channels,
-                "weight_bytes": w_attn + (w_ffn if split < b else 0) + split * w_ffn}
-    if system not in ("NeuPIMs-like", "LibraPIM"):
-        raise ConfigError(f"system must be one of {', '.join(SYSTEMS)}, not {system!r}")
+    banks = BANKS[system]
+    b = len(lengths)
+    if system == "NPU+AiM":  # the NPU's FC, then the PIM's attention, each alone
+        t = _schedule(device, system, [(device.npu_work(b, attn + ffn), None, 0.0),
+                                       (None, device.attention(lengths, banks), 0.0)])
+        wbytes = w_attn + w_ffn
+    elif system == "AttAcc-like":
+        t = _attacc(device, lengths)
+        wbytes = t.pop("weight_bytes")
+    elif plan[0] == "all-pim":  # the PIM alone: attention and a GEMV per token
+        segs = []
+        for sub in _sub_batches(lengths):
+            fc = device.pim_fc_load(len(sub), attn + ffn, banks)
+            att = device.attention(sub, banks)
+            segs += [(None, att, 0.0), (None, fc, 0.0)]
+        t = _schedule(device, system, segs)
+        wbytes = b * (w_attn + w_ffn)
+    else:  # a whole step's segments
+        t, wbytes = _pipelined(device, system, lengths, plan, qkv, o, ffn)
+        wbytes = wbytes * (w_attn + w_ffn)
+        layers = m.layers
+        return {"layer_s": t["s"] / layers, "npu_s": t["npu_s"] / layers,
+                "pim_s": t["pim_s"] / layers, "pim_channel_s": t["pim_channel_s"] / layers,
+                "weight_bytes": wbytes}
+    layers = 1  # one layer's segments
+    return {"layer_s": t["s"] / layers, "npu_s": t["npu_s"] / layers,
+            "pim_s": t["pim_s"] / layers, "pim_channel_s": t["pim_channel_s"] / layers,
+            "weight_bytes": wbytes}
+
+
+def _attacc(device: Device, lengths: np.ndarray) -> dict[str, float]:
+    """AttAcc on conventional banks, per layer: the NPU's QKV beside the
+    PIM's attention, head by head (head-level pipelining: the first KV
+    head's QKV runs alone, the last head's attention alone), the O
+    projection alone, then the FFN
+    co-processed: ``s`` tokens as PIM GEMVs beside the NPU's ``b - s``
+    (the NPU's weight reads beside the GEMVs' MACs), ``s`` the fastest."""
+    m = device.model
+    attn, ffn = m.attn_matrices(), m.ffn_matrices_shapes()
+    b = len(lengths)
+    qkv = device.npu_work(b, attn[:1])
+    att = device.attention(lengths, "conventional")
+    # H KV heads: head 1's QKV alone, then head h + 1's QKV beside head h's
+    # attention, then head H's attention alone (each head 1/H of the work)
+    heads = m.kv_heads // device.tp
+
+    def part(w: dict | None, x: float) -> dict | None:
+        return None if w is None else {k: v * x for k, v in w.items()}
+
+    first = _schedule(device, "AttAcc-like", [
+        (part(qkv, 1 / heads), None, 0.0),
+        (part(qkv, 1 - 1 / heads), part(att, 1 - 1 / heads), 0.0),
+        (None, part(att, 1 / heads), 0.0),
+        (device.npu_work(b, attn[1:]), None, 0.0)])
+    # the FFN split: every s at once (the channels' work is even, linear in s)
+    per = device.pim_fc_load(1, ffn, "conventional")
+    cyc, sl = float(per["load"][0]), float(per["slots"][0])
+    period, tck = device.period("AttAcc-like"), device.t_ck_ns * 1e-9
+    s = np.arange(b + 1)
+    full = device.npu_work(b, ffn)
+    reads = np.where(s < b, full["reads"], 0)
+    flops = full["flops_s"] * (b - s) / b
+    chan = s * cyc + np.maximum(0, reads - s * sl) * period
+    t = np.maximum(flops, chan * tck)
+    split = int(np.argmin(t))  # the first minimum: the fewest tokens moved
+    co = segment(device, "AttAcc-like", {"flops_s": float(flops[split]),
+                                         "reads": int(reads[split])},
+                 {"load": per["load"] * split, "slots": per["slots"] * split})
+    out = {k: first[k] + co[k] for k in first}
+    w = device.weight_bytes(attn) + (device.weight_bytes(ffn) if split < b else 0)
+    out["weight_bytes"] = w + split * device.weight_bytes(ffn)
+    return out
+
+
+def _pipelined(device: Device, system: str, lengths: np.ndarray, plan: tuple[str, int],
+               qkv, o, ffn) -> tuple[dict[str, float], int]:
+    """NeuPIMs' two sub-batches (``neupims_segments``): each segment runs one
+    sub-batch's FC on the NPU beside the other's attention on PIM, on the
+    system's banks. Under LibraPIM's plans, a sub-batch's moved FFN runs
+    as MAC rounds on its FFN stream (the broadcast path), and its moved
+    attention on the NPU, beside the PIM's attention of the rest, its KV
+    read from the weight partition. Returns the step and how many times
+    the weights were read."""
     kind, count = plan
-    npu, pim, mac, busy, wbytes = [], [], [], 0.0, 0
+    banks = BANKS[system]
     moved = np.zeros(len(lengths), dtype=bool)
     moved[np.argsort(-lengths, kind="stable")[:count]] = True  # a plan moves the longest
+    pre, post, rounds, att, extra = [], [], [], [], []
+    streams = 0
     for sub, mv in zip(_sub_batches(lengths), _sub_batches(moved), strict=True):
         b, k = len(sub), int(mv.sum())
-        f = 0.0  # the PIM MAC units' broadcast FFN, beside this sub-batch's NPU phase
-        if kind == "all-pim":
-            n_t = 0.0
-            p_t, p_busy = device.pim_mha(sub)
-            fc = device.pim_fc(b, attn + ffn)
-            p_t, p_busy = p_t + fc, p_busy + fc * LIBRA_PIM.channels
-        elif kind == "ffn-to-pim":
-            # the FFN weights stream once for both: the NPU's b - k requests
-            # and, through the global buffer, the PIM's k (no read of its own)
-            stream = device.npu_fc(b - k, ffn) if b > k else w_ffn / device.npu_bandwidth
-            f = device.pim_ffn_broadcast(k)
-            n_t = device.npu_fc(b, attn) + max(stream, f)
-            p_t, p_busy = device.pim_mha(sub)
-            p_busy += f * LIBRA_PIM.channels
-        elif kind == "mha-to-npu":
-            n_t = device.npu_fc(b, attn + ffn) + device.npu_mha(sub[mv])
-            p_t, p_busy = device.pim_mha(sub[~mv])
-        else:
-            n_t = device.npu_fc(b, attn + ffn)
-            p_t, p_busy = device.pim_mha(sub)
-        # the weights: a GEMV per token on PIM, else the NPU's one stream
-        wbytes += (b if kind == "all-pim" else min(b, 1)) * (w_attn + w_ffn)
-        npu.append(n_t)
-        pim.append(p_t)
-        mac.append(f)
-        busy += p_busy
-    # the MAC units serve both sub-batches' attention and the broadcast FFN
-    layer = max(sum(npu), sum(pim) + sum(mac),
-                *(n + p for n, p in zip(npu, pim, strict=True)))
-    return {"layer_s": layer, "npu_s": sum(npu), "pim_s": sum(pim) + sum(mac),
-            "pim_channel_s": busy, "weight_bytes": wbytes}
+        f = kind == "ffn-to-pim"
+        pre.append(device.npu_work(b, qkv))
+        post.append(_add(device.npu_work(b, o), device.npu_work(b - k if f else b, ffn,
+                                                                 stream=b > 0)))
+        rounds.append(device.broadcast_cycles(k) if f else 0.0)
+        on_npu = kind == "mha-to-npu"
+        att.append(device.attention(sub[~mv] if on_npu else sub, banks))
+        extra.append(device.npu_attention(sub[mv]) if on_npu and k else None)
+        streams += min(b, 1)
+    order = Counter(neupims_segments(device.model.layers))  # the layers repeat 4 segments
+    segs = []
+    for parts, x, y in order:
+        npu = _add(post[x] if "post" in parts else None, pre[x] if "pre" in parts else None,
+                   extra[y] if y is not None else None)
+        segs.append((npu, att[y] if y is not None else None,
+                     rounds[x] if "post" in parts else 0.0))
+    return _schedule(device, system, segs, list(order.values())), streams
 
 
 def generate(device: Device, system: str, lengths: np.ndarray, steps: int) -> dict:
@@ -390,7 +565,7 @@ def shapes(model: LibraModel) -> list[Shape]:
 def _point(p: dict) -> dict:
     model = LIBRA_MODELS[p["model"]]
     device = Device(model, p["tp"], KernelTimer(pim_config(), p["mode"], p["table"]), p["t_ck"],
-                    p["broadcast_mac_ccd"])
+                    p["broadcast_mac_ccd"], p["dex_overhead"])
     lengths = input_lengths(p["input"], p["batch"], p["seed"], p["spread"])
     out = {"model": model.name, "batch": p["batch"], "input": p["input"], "systems": {}}
     for system in p["systems"]:
@@ -427,10 +602,11 @@ def librapim(data: dict, sw, progress: bool | None = None) -> dict:
         check_tp(m, data["tp"])
     all_shapes = sorted({s for m in models for s in shapes(m)}, key=Shape.key)
     tables = calibrate(LIBRA_PIM.profile, ["static"], all_shapes, Assumptions(), data["mode"],
-                       sw, progress)
+                       sw, progress, slots=all_shapes, banks=overlap.BANKS)
     points = [{"model": m.name, "batch": b, "input": i, "tp": data["tp"], "steps": data["steps"],
                "seed": data["seed"], "spread": data["spread"], "mode": data["mode"],
                "broadcast_mac_ccd": data["broadcast_mac_ccd"],
+               "dex_overhead": data["dex_overhead"],
                "table": tables["static"], "t_ck": t_ck_ns(LIBRA_PIM.profile),
                "systems": systems}
               for m in models for b in data["batches"] for i in data["inputs"]]

@@ -798,24 +798,26 @@ def check_mode(data: dict) -> None:
 
 
 def _calibrate(task: tuple) -> tuple:
-    profile, policy, asm, shape, slots = task
+    profile, policy, asm, shape, banks = task
     timer = KernelTimer(channel_config(profile, policy, asm))
     timer.calibration(shape)
-    if slots:  # the xPU's weight reads beside this attention kernel
-        timer.slot_calibration(shape)
+    for b in banks:  # the xPU's weight reads beside this kernel, per bank variant
+        timer.slot_calibration(shape, b)
         timer.read_period()
     return policy, timer.table
 
 
 def calibrate(profile: str, policies, shapes, asm: Assumptions, mode: str,
-              sw: sweep.Sweep, progress: bool | None, slots=()) -> dict:
+              sw: sweep.Sweep, progress: bool | None, slots=(), banks=("dual",)) -> dict:
     """``{policy: {shape key: calibration}}`` for fast mode (empty in exact);
-    for the shapes in ``slots`` also their weight-read slots and the read
-    period (:mod:`golden.system.overlap`)."""
+    for the shapes in ``slots`` also their weight-read slots on each of
+    ``banks`` (``overlap.BANKS``) and the read period
+    (:mod:`golden.system.overlap`)."""
     tables: dict = {p: {} for p in policies}
     if mode != "fast":
         return tables
-    tasks = [(profile, p, asm, s, s in slots) for p in policies for s in shapes]
+    tasks = [(profile, p, asm, s, tuple(banks) if s in slots else ()) for p in policies
+             for s in shapes]
     bar = sweep.Progress(len(tasks), "calibrate", progress)
     for policy, table in sw.map(_calibrate, tasks, bar):
         tables[policy].update(table)
