@@ -248,12 +248,14 @@ def _plot_librapim(result: dict, out: Path) -> list[str]:
     rows = result["rows"]
     models = list(dict.fromkeys(r["model"] for r in rows))
     inputs = list(dict.fromkeys(r["input"] for r in rows))
+    arrays = list(dict.fromkeys(r.get("npu_array", 64) for r in rows))
+    base = [r for r in rows if r.get("npu_array", 64) == arrays[0]]  # the first NPU size
     files = []
     for model in models:
         fig, axes = plt.subplots(1, len(inputs), figsize=(3.2 * len(inputs), 3.4),
                                  squeeze=False, sharey=True)
         for ax, inp in zip(axes[0], inputs, strict=True):
-            sel = [r for r in rows if r["model"] == model and r["input"] == inp]
+            sel = [r for r in base if r["model"] == model and r["input"] == inp]
             for system in sel[0]["systems"] if sel else []:
                 ax.plot([r["batch"] for r in sel],
                         [r["systems"][system]["tokens_per_s"] for r in sel], marker="o",
@@ -265,17 +267,43 @@ def _plot_librapim(result: dict, out: Path) -> list[str]:
         axes[0][-1].legend(fontsize=6)
         fig.suptitle(model)
         files.append(_save(plt, fig, out / f"librapim-{model}.png"))
-    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.6), squeeze=False)
-    for ax, model in zip(axes[0], models, strict=True):
-        sel = [r for r in rows if r["model"] == model]
+    # Figure 20: NPU and PIM utilization of each system at one batch (128
+    # if run, else the largest) over the input lengths
+    batches = sorted({r["batch"] for r in base})
+    batch = 128 if 128 in batches else batches[-1]
+    fig, axes = plt.subplots(2, len(models), figsize=(5 * len(models), 6), squeeze=False)
+    for col, model in enumerate(models):
+        sel = [r for r in base if r["model"] == model and r["batch"] == batch]
         systems = list(sel[0]["systems"]) if sel else []
-        labels = [f"B{r['batch']} L{r['input']}" for r in sel]
-        for k, system in enumerate(("npu_utilization", "pim_utilization")):
-            vals = [r["systems"].get("LibraPIM", r["systems"][systems[-1]])[system] for r in sel]
-            ax.bar([i + 0.4 * k for i in range(len(sel))], vals, 0.4, label=system)
-        ax.set_xticks(range(len(sel)))
-        ax.set_xticklabels(labels, rotation=90, fontsize=5)
-        ax.set_title(f"{model}: LibraPIM utilization")
-        ax.legend(fontsize=6)
+        for row, key in enumerate(("npu_utilization", "pim_utilization")):
+            ax = axes[row][col]
+            for k, system in enumerate(systems):
+                ax.bar([i + k / (len(systems) + 1) for i in range(len(sel))],
+                       [r["systems"][system][key] for r in sel], 1 / (len(systems) + 1),
+                       label=system)
+            ax.set_xticks(range(len(sel)))
+            ax.set_xticklabels([str(r["input"]) for r in sel], fontsize=7)
+            ax.set_ylabel(key.replace("_", " "))
+            ax.set_xlabel("input length")
+        axes[0][col].set_title(f"{model}, batch {batch}")
+    axes[0][-1].legend(fontsize=6)
     files.append(_save(plt, fig, out / "librapim-utilization.png"))
+    if len(arrays) > 1:  # Figure 21: tokens/s over the NPU's size, per batch
+        fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.6), squeeze=False)
+        for ax, model in zip(axes[0], models, strict=True):
+            for b in batches:
+                for inp in inputs:
+                    sel = [r for r in rows if r["model"] == model and r["batch"] == b
+                           and r["input"] == inp]
+                    for system in ("LibraPIM", "LibraPIM-noDBO"):
+                        if sel and system in sel[0]["systems"]:
+                            ax.plot([r["npu_array"] for r in sel],
+                                    [r["systems"][system]["tokens_per_s"] for r in sel],
+                                    marker="o", label=f"{system} B{b} L{inp}")
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("systolic array side (8 arrays)")
+            ax.set_ylabel("tokens/s")
+            ax.set_title(model)
+            ax.legend(fontsize=6)
+        files.append(_save(plt, fig, out / "librapim-npu.png"))
     return files

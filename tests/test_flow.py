@@ -201,11 +201,26 @@ def test_cli_librapim_json_and_plots(tmp_path, capsys):
     assert [d["step"] for d in decisions] == [0, 1]
     assert all(d["predicted_s"] <= d["predicted_no_offload_s"] for d in decisions)
     assert (tmp_path / "librapim-Llama3-70B.png").is_file()
+    assert (tmp_path / "librapim-utilization.png").is_file()
+
+
+def test_cli_librapim_npu_sweep_plot(tmp_path, capsys):
+    """Figure 21's axes: tokens/s over NPU sizes, with and without DBO."""
+    assert main(["run", "librapim", "--scheduler", "serial", "--set", "models=Llama3-70B",
+                 "--set", "batches=256", "--set", "inputs=512", "--set", "steps=1",
+                 "--set", "npu_arrays=32,128", "--json", "-", "--plot", str(tmp_path)]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["npu_array"] for r in rows] == [32, 128]
+    assert rows[1]["npu_tflops"] == 16 * rows[0]["npu_tflops"]
+    assert (tmp_path / "librapim-npu.png").read_bytes()[:4] == b"\x89PNG"
 
 
 @pytest.mark.parametrize("argv, needle", [
     (["run", "librapim", "--set", "tp=3"], "tp=3 must divide"),
     (["run", "librapim", "--set", "systems=TPU"], "systems: unknown name 'TPU'"),
+    (["run", "librapim", "--set", "dbo_latency=guess"], "dbo_latency must be one of"),
+    (["run", "librapim", "--set", "npu_arrays=0"], "npu_arrays[0] must be in"),
+    (["run", "librapim", "--set", "dex_overhead=2"], "dex_overhead must be in"),
     (["run", "pimphony", "--set", "colour=red"], "unknown key 'colour'"),
     (["run", "pimphony", "--set", "models=LLM-1B"], "models: unknown name 'LLM-1B'"),
     (["run", "pimphony-scaling", "--set", "variation=0.5"], "variation must be in"),

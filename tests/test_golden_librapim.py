@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from golden.config import ConfigError, load_profile
-from golden.system import overlap, pimphony, scenario, sweep
+from golden.system import librapim, overlap, pimphony, scenario, sweep
 from golden.system.kernel_timing import KernelTimer, Shape
 from golden.system.librapim import (
     PLANS,
@@ -20,7 +20,7 @@ from golden.system.librapim import (
     segment,
 )
 from golden.system.model import neupims_segments
-from golden.system.reference import LIBRA_MODELS, LIBRA_PIM
+from golden.system.reference import LIBRA_MODELS, LIBRA_PIM, LibraNpu
 
 
 def device(model: str = "Llama3-70B", tp: int = 8) -> Device:
@@ -248,7 +248,8 @@ def test_study_small():
     assert len(rows) == 4
     for r in rows:
         s = r["systems"]
-        assert set(s) == {"NPU+AiM", "AttAcc-like", "NeuPIMs-like", "LibraPIM"}
+        assert set(s) == {"NPU+AiM", "AttAcc-like", "NeuPIMs-like", "LibraPIM", "LibraPIM-noDBO"}
+        assert r["capacity"]["device_gb"] == 16 and r["npu_array"] == 64
         assert len(s["LibraPIM"]["decisions"]) == 3
         assert all(x["tokens_per_s"] > 0 for x in s.values())
         for d in s["LibraPIM"]["decisions"]:
@@ -257,3 +258,60 @@ def test_study_small():
         assert 0 < s["LibraPIM"]["pim_utilization"] <= 1
     small = next(r for r in rows if r["batch"] == 32)
     assert {d["plan"] for d in small["systems"]["LibraPIM"]["decisions"]} == {"all-pim"}
+
+
+def test_latency_table_follows_the_measured_step():
+    """With the runtime's latency table, each step's DBO times are its
+    formulas scaled per side by the last step's measured busy time over
+    the formulas' prediction for the plan taken; with ``formula`` they are
+    the formulas alone. The first step has no measurement (factors 1)."""
+    dev = device()
+    lengths = np.full(256, 4096)
+    table = librapim.generate(dev, "LibraPIM", lengths, 3, "table")["decisions"]
+    formula = librapim.generate(dev, "LibraPIM", lengths, 3, "formula")["decisions"]
+    assert table[0]["table_npu"] == table[0]["table_pim"] == 1.0
+    assert "table_npu" not in formula[0]
+    assert (table[0]["plan"], table[0]["requests"]) == (formula[0]["plan"], formula[0]["requests"])
+    # step 1's factors from step 0 by hand
+    cur = lengths
+    plan = (table[0]["plan"], table[0]["requests"])
+    t = layer_time(dev, "LibraPIM", cur, plan)
+    want = librapim.predicted_sides(dev.predict(256, 4096), 256, *plan)
+    assert table[1]["table_npu"] == pytest.approx(t["npu_s"] / want[0])
+    assert table[1]["table_pim"] == pytest.approx(t["pim_s"] / want[1])
+    scaled = dev.predict(256, 4097, {"npu": 2.0, "pim": 0.5})
+    plain = dev.predict(256, 4097)
+    assert scaled["ffn_npu"] == 2 * plain["ffn_npu"] and scaled["mha_pim"] == 0.5 * plain["mha_pim"]
+    with pytest.raises(ConfigError, match="dbo_latency must be one of table, formula"):
+        librapim.generate(dev, "LibraPIM", lengths, 1, "guess")
+
+
+def test_capacity_per_device():
+    """Weights and the group's KV per device against 16 GB: GPT3-175B over
+    8 devices does not fit (43.5 GB of weights each); over 32 it does."""
+    m = LIBRA_MODELS["GPT3-175B"]
+    lengths = np.full(64, 100)
+    c8, c32 = librapim.capacity(m, 8, lengths), librapim.capacity(m, 32, lengths)
+    w = sum(2 * i * o for i, o in m.attn_matrices() + m.ffn_matrices_shapes()) * m.layers
+    kv = 64 * 100 * 2 * m.kv_heads * m.d_head * 2 * m.layers
+    assert c8["weights_gb"] == pytest.approx(w / 8 / 1e9, abs=1e-3)
+    assert c8["kv_gb"] == pytest.approx(kv / 8 / 1e9, abs=1e-3)
+    assert not c8["fits"] and c32["fits"]
+    assert c8["devices_needed"] == c32["devices_needed"] == -(-(w + kv) // 16e9)
+
+
+def test_npu_size_and_dbo_ablation():
+    """A larger NPU shortens its FLOP-bound FC; LibraPIM-noDBO runs the
+    dual-path segments with no plan (equal to LibraPIM's ``none``)."""
+    small = Device(LIBRA_MODELS["Llama3-70B"], 8, device().timer, 1.0, npu_flops=LibraNpu(
+        array_dim=32).flops)
+    big = Device(LIBRA_MODELS["Llama3-70B"], 8, device().timer, 1.0, npu_flops=LibraNpu(
+        array_dim=256).flops)
+    lengths = np.full(384, 512)
+    assert layer_time(big, "NeuPIMs-like", lengths)["layer_s"] < \
+        layer_time(small, "NeuPIMs-like", lengths)["layer_s"]
+    dev = device()
+    a = layer_time(dev, "LibraPIM-noDBO", lengths)
+    assert a == layer_time(dev, "LibraPIM", lengths, ("none", 0))
+    assert "decisions" not in {k for k, v in librapim.generate(
+        dev, "LibraPIM-noDBO", lengths, 1).items() if v}

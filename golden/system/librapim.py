@@ -76,14 +76,17 @@ from golden.system.model import (
     neupims_segments,
     t_ck_ns,
 )
-from golden.system.reference import LIBRA_MODELS, LIBRA_NPU, LIBRA_PIM, LibraModel
+from golden.system.reference import LIBRA_MODELS, LIBRA_NPU, LIBRA_PIM, LibraModel, LibraNpu
 
-SYSTEMS = ("NPU+AiM", "AttAcc-like", "NeuPIMs-like", "LibraPIM")
+SYSTEMS = ("NPU+AiM", "AttAcc-like", "NeuPIMs-like", "LibraPIM", "LibraPIM-noDBO")
 #: Each system's banks (``golden.system.overlap.BANKS``): AiM and AttAcc's
 #: conventional banks serve a read or the PIM at a time; NeuPIMs' dual row
 #: buffer and LibraPIM's dual-path banks keep a row open for each.
 BANKS = {"NPU+AiM": "conventional", "AttAcc-like": "conventional", "NeuPIMs-like": "dual",
-         "LibraPIM": "dual"}
+         "LibraPIM": "dual", "LibraPIM-noDBO": "dual"}
+#: Systems on LibraPIM's dual-path banks (``LibraPIM-noDBO``: DEX without
+#: DBO's offloading, the ablation of Figure 21)
+DEX = ("LibraPIM", "LibraPIM-noDBO")
 PLANS = ("none", "all-pim", "ffn-to-pim", "mha-to-npu")
 
 
@@ -113,6 +116,8 @@ class Device:
     #: fraction the dual-path banks' sliced path adds to LibraPIM's normal
     #: reads (REFERENCE.md: 2 % worst case on the connected path)
     dex_overhead: float = 0.0
+    #: the NPU's peak FLOP/s (LIBRA_NPU's, or a size of Figure 21's sweep)
+    npu_flops: float = LIBRA_NPU.flops
 
     def __post_init__(self):
         check_tp(self.model, self.tp)
@@ -140,14 +145,14 @@ class Device:
         (``overlap.read_period``, measured on the channel); on LibraPIM's
         dual-path banks longer by ``dex_overhead``."""
         p = self.timer.read_period()
-        return p * (1 + self.dex_overhead) if system == "LibraPIM" else p
+        return p * (1 + self.dex_overhead) if system in DEX else p
 
     # -- work of a segment (golden.system.librapim.segment) ---------------------
     def npu_work(self, tokens: int, matrices, stream: bool = False) -> dict:
         """The NPU's FC ``matrices`` for ``tokens`` requests: FLOP seconds and
         the weight reads per channel (the weights interleaved over every
         channel); ``stream``: the weights are read even for no tokens."""
-        flops = 2 * max(tokens, 0) * sum(i * o for i, o in matrices) / self.tp / LIBRA_NPU.flops
+        flops = 2 * max(tokens, 0) * sum(i * o for i, o in matrices) / self.tp / self.npu_flops
         read = tokens > 0 or stream
         return {"flops_s": flops,
                 "reads": overlap.reads_for(self.weight_bytes(matrices), LIBRA_PIM.channels)
@@ -157,7 +162,7 @@ class Device:
         """Attention moved to the NPU: a GEMV over each request's K and V,
         read from the weight partition over every channel."""
         m = self.model
-        flops = 4 * float(lengths.sum()) * (m.heads // self.tp) * m.d_head / LIBRA_NPU.flops
+        flops = 4 * float(lengths.sum()) * (m.heads // self.tp) * m.d_head / self.npu_flops
         return {"flops_s": flops,
                 "reads": overlap.reads_for(int(self.kv_bytes(lengths).sum()), LIBRA_PIM.channels)}
 
@@ -198,7 +203,7 @@ class Device:
     def npu_fc(self, tokens: int, matrices) -> float:
         if tokens <= 0:
             return 0.0
-        return sum(max(2 * tokens * i * o / self.tp / LIBRA_NPU.flops,
+        return sum(max(2 * tokens * i * o / self.tp / self.npu_flops,
                        2 * i * o / self.tp / self.npu_bandwidth) for i, o in matrices)
 
     def kv_bytes(self, lengths: np.ndarray) -> np.ndarray:
@@ -262,13 +267,25 @@ class Device:
         return tokens * cyc * self.t_ck_ns * 1e-9
 
     # -- DBO's own model (REFERENCE.md: t = K x dims x B / FLOPS) ---------------
-    def predict(self, batch: int, longest: int) -> dict[str, float]:
+    def predict(self, batch: int, longest: int,
+                table: dict[str, float] | None = None) -> dict[str, float]:
         """DBO's per-layer model at the group's longest sequence: times of
         the whole group's weight reads and per request of everything else.
         FLOPS is what each device attains: the NPU's FC is a roofline (its
         weights are read once per step); PIM runs at the rate of its
         kernels (cycles from the channel model), spread over every channel,
-        so its time grows linearly with the requests."""
+        so its time grows linearly with the requests. ``table``: the
+        runtime's latency table, a factor per side (``npu``, ``pim``) that
+        the last measured step set (:func:`generate`)."""
+        p = self._predict(batch, longest)
+        if table:
+            for k in NPU_KEYS:
+                p[k] *= table["npu"]
+            for k in PIM_KEYS:
+                p[k] *= table["pim"]
+        return p
+
+    def _predict(self, batch: int, longest: int) -> dict[str, float]:
         m, d2 = self.model, self.model.d_model ** 2
         k_attn, k_ffn = m.k(m.attn_matrices()), m.k(m.ffn_matrices_shapes())
         q, s = Shape("qkt", m.d_head, m.group), Shape("sv", m.d_head, m.group)
@@ -276,8 +293,8 @@ class Device:
                    + self.timer(s, s.units(self.cfg, [longest]))["cycles"][0])
         pairs = m.kv_heads // self.tp
         return {"batch": batch,
-                "attn_npu": k_attn * d2 / self.tp / LIBRA_NPU.flops,  # per request
-                "ffn_npu": k_ffn * d2 / self.tp / LIBRA_NPU.flops,
+                "attn_npu": k_attn * d2 / self.tp / self.npu_flops,  # per request
+                "ffn_npu": k_ffn * d2 / self.tp / self.npu_flops,
                 "attn_bytes_s": k_attn * d2 / self.tp / self.npu_bandwidth,  # weights, once
                 "ffn_bytes_s": k_ffn * d2 / self.tp / self.npu_bandwidth,
                 # per request on the broadcast weight stream: its share of a
@@ -301,26 +318,41 @@ def _npu(p: dict[str, float], attn: int, ffn: int, stream: bool = False) -> floa
     return t
 
 
-def predicted_time(p: dict[str, float], batch: int, plan: str, count: int) -> float:
-    """DBO's predicted layer time of a plan: the busier of NPU and PIM
-    (the two sub-batches keep both working)."""
+#: DBO's model entries of each side (the latency table scales them)
+NPU_KEYS = ("attn_npu", "ffn_npu", "attn_bytes_s", "ffn_bytes_s", "mha_npu")
+PIM_KEYS = ("ffn_pim", "fc_pim", "mha_pim")
+#: How DBO gets its times: the FLOPS formulas alone, or with the runtime's
+#: latency table refreshed from each measured step
+LATENCIES = ("table", "formula")
+
+
+def predicted_sides(p: dict[str, float], batch: int, plan: str,
+                    count: int) -> tuple[float, float]:
+    """DBO's predicted (NPU, PIM) busy time of a layer under a plan."""
     if plan == "none":
-        return max(_npu(p, batch, batch), batch * p["mha_pim"])
+        return _npu(p, batch, batch), batch * p["mha_pim"]
     if plan == "all-pim":
-        return batch * (p["mha_pim"] + p["fc_pim"])
+        return 0.0, batch * (p["mha_pim"] + p["fc_pim"])
     if plan == "ffn-to-pim":
-        return max(_npu(p, batch, batch - count, stream=True),
-                   batch * p["mha_pim"] + count * p["ffn_pim"])
+        return (_npu(p, batch, batch - count, stream=True),
+                batch * p["mha_pim"] + count * p["ffn_pim"])
     if plan == "mha-to-npu":
-        return max(_npu(p, batch, batch) + count * p["mha_npu"],
-                   (batch - count) * p["mha_pim"])
+        return _npu(p, batch, batch) + count * p["mha_npu"], (batch - count) * p["mha_pim"]
     raise ValueError(f"unknown plan {plan!r}")
 
 
-def dbo(device: Device, batch: int, longest: int) -> tuple[str, int, float, float]:
+def predicted_time(p: dict[str, float], batch: int, plan: str, count: int) -> float:
+    """DBO's predicted layer time of a plan: the busier of NPU and PIM
+    (the two sub-batches keep both working)."""
+    return max(predicted_sides(p, batch, plan, count))
+
+
+def dbo(device: Device, batch: int, longest: int,
+        table: dict[str, float] | None = None) -> tuple[str, int, float, float]:
     """Algorithm 1: (plan, requests moved, predicted time, predicted time
-    without offloading), per layer."""
-    p = device.predict(batch, longest)
+    without offloading), per layer; ``table``: the runtime's latency table
+    (:meth:`Device.predict`)."""
+    p = device.predict(batch, longest, table)
     base = predicted_time(p, batch, "none", 0)
     t_npu, t_pim = _npu(p, batch, batch), batch * p["mha_pim"]
     if batch < LIBRA_PIM.channels:
@@ -514,23 +546,45 @@ def _pipelined(device: Device, system: str, lengths: np.ndarray, plan: tuple[str
     return _schedule(device, system, segs, list(order.values())), streams
 
 
-def generate(device: Device, system: str, lengths: np.ndarray, steps: int) -> dict:
+def check_latency(latency: str) -> None:
+    if latency not in LATENCIES:
+        raise ConfigError(f"dbo_latency must be one of {', '.join(LATENCIES)}, not {latency!r}")
+
+
+def generate(device: Device, system: str, lengths: np.ndarray, steps: int,
+             latency: str = "table") -> dict:
     """``steps`` generation steps of the group (every length grows by one
-    per step); DBO decides per step under LibraPIM."""
+    per step); DBO decides per step under LibraPIM. ``latency``: DBO's
+    times from its FLOPS formulas alone (``formula``), or (``table``, the
+    paper's runtime) scaled per side by the latency table: after each step,
+    each side's factor becomes the measured busy time (the NPU's roofline,
+    the PIM's phases) over what the unscaled formulas predicted for the
+    plan taken."""
+    check_latency(latency)
     m = device.model
     total = npu = pim = busy = 0.0
     wbytes = 0
     decisions = []
+    table = {"npu": 1.0, "pim": 1.0}
     for s in range(steps):
         cur = lengths + s
         plan = ("none", 0)
         if system == "LibraPIM":
-            kind, count, pred, base = dbo(device, len(cur), int(cur.max()))
+            used = dict(table) if latency == "table" else None
+            kind, count, pred, base = dbo(device, len(cur), int(cur.max()), used)
             plan = (kind, count)
             decisions.append({"step": s, "plan": kind, "requests": count,
                               "predicted_s": pred * m.layers,
-                              "predicted_no_offload_s": base * m.layers})
+                              "predicted_no_offload_s": base * m.layers,
+                              **({"table_npu": used["npu"], "table_pim": used["pim"]}
+                                 if used else {})})
         t = layer_time(device, system, cur, plan)
+        if system == "LibraPIM":  # the table from this step's measured sides
+            sides = predicted_sides(device.predict(len(cur), int(cur.max())), len(cur), *plan)
+            for side, got, want in zip(("npu", "pim"), (t["npu_s"], t["pim_s"]), sides,
+                                       strict=True):
+                if got > 0 and want > 0:
+                    table[side] = got / want
         total += t["layer_s"] * m.layers
         npu += t["npu_s"] * m.layers
         pim += t["pim_s"] * m.layers
@@ -545,6 +599,20 @@ def generate(device: Device, system: str, lengths: np.ndarray, steps: int) -> di
             "pim_channel_utilization": busy / (LIBRA_PIM.channels * total) if total else 0.0,
             "weight_gb_per_step": wbytes / steps / 1e9,
             "decisions": decisions}
+
+
+def capacity(model: LibraModel, tp: int, lengths: np.ndarray) -> dict:
+    """One device's share of the weights and of the group's KV at
+    ``lengths``, against its PIM memory (REFERENCE.md: 16 GB), and the
+    devices the whole model and KV need."""
+    w = sum(2 * i * o for i, o in model.attn_matrices() + model.ffn_matrices_shapes())
+    weights = model.layers * w / tp
+    kv = model.layers * float((2 * lengths * model.kv_heads * model.d_head * 2).sum()) / tp
+    need = weights + kv
+    return {"weights_gb": round(weights / 1e9, 3), "kv_gb": round(kv / 1e9, 3),
+            "device_gb": LIBRA_PIM.capacity_gb,
+            "fits": bool(need <= LIBRA_PIM.capacity_gb * 1e9),
+            "devices_needed": int(-(-need * tp // (LIBRA_PIM.capacity_gb * 1e9)))}
 
 
 def input_lengths(input_len: int, batch: int, seed: int, spread: float) -> np.ndarray:
@@ -564,12 +632,15 @@ def shapes(model: LibraModel) -> list[Shape]:
 
 def _point(p: dict) -> dict:
     model = LIBRA_MODELS[p["model"]]
+    npu = LibraNpu(array_dim=p["npu_array"])
     device = Device(model, p["tp"], KernelTimer(pim_config(), p["mode"], p["table"]), p["t_ck"],
-                    p["broadcast_mac_ccd"], p["dex_overhead"])
+                    p["broadcast_mac_ccd"], p["dex_overhead"], npu.flops)
     lengths = input_lengths(p["input"], p["batch"], p["seed"], p["spread"])
-    out = {"model": model.name, "batch": p["batch"], "input": p["input"], "systems": {}}
+    out = {"model": model.name, "batch": p["batch"], "input": p["input"],
+           "npu_array": p["npu_array"], "npu_tflops": npu.flops / 1e12,
+           "capacity": capacity(model, p["tp"], lengths + p["steps"]), "systems": {}}
     for system in p["systems"]:
-        r = generate(device, system, lengths, p["steps"])
+        r = generate(device, system, lengths, p["steps"], p["dbo_latency"])
         r = {k: (float(f"{v:.6g}") if isinstance(v, float) else v) for k, v in r.items()}
         if system != "LibraPIM":
             r.pop("decisions")
@@ -595,7 +666,7 @@ def librapim(data: dict, sw, progress: bool | None = None) -> dict:
     models = [LIBRA_MODELS[n] for n in sc.choose(data, "models", LIBRA_MODELS)]
     systems = sc.choose(data, "systems", SYSTEMS)
     check_mode(data)
-    for key in ("batches", "inputs"):  # each value's range: scenario.RANGES
+    for key in ("batches", "inputs", "npu_arrays"):  # each value's range: scenario.RANGES
         if not data[key]:
             raise ConfigError(f"{key}: the list is empty")
     for m in models:
@@ -603,13 +674,16 @@ def librapim(data: dict, sw, progress: bool | None = None) -> dict:
     all_shapes = sorted({s for m in models for s in shapes(m)}, key=Shape.key)
     tables = calibrate(LIBRA_PIM.profile, ["static"], all_shapes, Assumptions(), data["mode"],
                        sw, progress, slots=all_shapes, banks=overlap.BANKS)
+    check_latency(data["dbo_latency"])
     points = [{"model": m.name, "batch": b, "input": i, "tp": data["tp"], "steps": data["steps"],
+               "npu_array": a, "dbo_latency": data["dbo_latency"],
                "seed": data["seed"], "spread": data["spread"], "mode": data["mode"],
                "broadcast_mac_ccd": data["broadcast_mac_ccd"],
                "dex_overhead": data["dex_overhead"],
                "table": tables["static"], "t_ck": t_ck_ns(LIBRA_PIM.profile),
                "systems": systems}
-              for m in models for b in data["batches"] for i in data["inputs"]]
+              for a in data["npu_arrays"] for m in models for b in data["batches"]
+              for i in data["inputs"]]
     bar = sweep.Progress(len(points), "librapim", progress)
     rows = sw.map(_point, points, bar)
     return {"study": "librapim", "scenario": data, "npu_tflops": LIBRA_NPU.flops / 1e12,

@@ -74,6 +74,7 @@ RANGES = {
     "spread": Range(0, 1, open_hi=True),
     "broadcast_mac_ccd": Range(0, 64, unit="cycles; 0: the profile's all-bank MAC spacing"),
     "dex_overhead": Range(0, 1, unit="fraction of a read's time"),
+    "npu_arrays": Range(1, 4096, unit="systolic array side"),
     "contexts": Range(1, 1 << 24, unit="tokens"),
     "context_capacity_gb": Range(1, 1 << 16, unit="GB"),
     "capacities_gb": Range(1, 1 << 16, unit="GB"),
