@@ -487,6 +487,8 @@ def cmd_system_study(args) -> int:
         print(json.dumps(load(args.study, args.scenario, args.set), indent=2))
         return 0
     result = run(args.study, args.scenario, args.set, args.scheduler, args.progress)
+    for warning in result.get("warnings", ()):
+        print(f"warning: {warning}", file=sys.stderr)
     if args.csv:
         report.write_csv(result, args.csv)
     if args.plot:

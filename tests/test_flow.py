@@ -195,7 +195,9 @@ def test_cli_librapim_json_and_plots(tmp_path, capsys):
     assert main(["run", "librapim", "--scheduler", "serial", "--set", "models=Llama3-70B",
                  "--set", "batches=32,384", "--set", "inputs=1024", "--set", "steps=2",
                  "--json", "-", "--plot", str(tmp_path)]) == 0
-    rows = json.loads(capsys.readouterr().out)["rows"]
+    out = capsys.readouterr()
+    rows = json.loads(out.out)["rows"]
+    assert "warning: Llama3-70B: 2 of 2 points do not fit 8 devices x 16 GB" in out.err
     assert [r["batch"] for r in rows] == [32, 384]
     decisions = rows[1]["systems"]["LibraPIM"]["decisions"]
     assert [d["step"] for d in decisions] == [0, 1]

@@ -686,6 +686,15 @@ def librapim(data: dict, sw, progress: bool | None = None) -> dict:
               for i in data["inputs"]]
     bar = sweep.Progress(len(points), "librapim", progress)
     rows = sw.map(_point, points, bar)
-    return {"study": "librapim", "scenario": data, "npu_tflops": LIBRA_NPU.flops / 1e12,
+    warnings = []
+    for m in models:
+        short = [r["capacity"]["devices_needed"] for r in rows
+                 if r["model"] == m.name and not r["capacity"]["fits"]]
+        if short:
+            warnings.append(f"{m.name}: {len(short)} of {len(rows) // len(models)} points do not "
+                            f"fit {data['tp']} devices x {LIBRA_PIM.capacity_gb} GB (weights and "
+                            f"KV need {min(short)}-{max(short)} devices)")
+    return {"study": "librapim", "scenario": data, "warnings": warnings,
+            "npu_tflops": LIBRA_NPU.flops / 1e12,
             "pim": {"channels": LIBRA_PIM.channels, "profile": LIBRA_PIM.profile},
             "rows": rows, "wall_s": round(time.perf_counter() - started, 2)}
