@@ -536,6 +536,13 @@ def bench_system() -> dict:
     out["overlap"] = {"kernel_units": 12, "pim_cycles": pim_cycles, "read_slots": slots,
                       "trace_wall_s": round(trace_s, 3), "merge_wall_s": round(fill_s, 3),
                       "merge_cycles_per_s": round(pim_cycles / fill_s)}
+    # the same merge on conventional banks (a read waits for a bank the PIM left closed)
+    start = time.perf_counter()
+    conv = overlap.fill(cfg, events, None, stop=pim_cycles, banks="conventional")["reads"]
+    conv_s = time.perf_counter() - start
+    out["overlap"].update({"conventional_read_slots": conv,
+                           "conventional_merge_wall_s": round(conv_s, 3),
+                           "conventional_merge_cycles_per_s": round(pim_cycles / conv_s)})
     saved = os.environ.get("PIMORCH_KERNEL_CACHE")
     try:
         for label, cache, scheduler in (("cold_serial", "off", "serial"),
