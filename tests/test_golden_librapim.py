@@ -99,7 +99,6 @@ def test_layer_times_by_hand():
     assert att["slots"].sum() == 0  # conventional banks: no read beside a kernel
     assert serial["layer_s"] == pytest.approx(max(fc["flops_s"], fc["reads"] * period * tck)
                                               + att["load"].max() * tck)
-    assert dev.pim_mha(lengths)[0] == pytest.approx(att["load"].max() * tck)
     piped = layer_time(dev, "NeuPIMs-like", lengths)
     subs = [lengths[0::2], lengths[1::2]]
     qkv = [dev.npu_work(32, mats[:1])] * 2

@@ -183,15 +183,16 @@ class Device:
         return {"load": np.bincount(where, cycles, minlength=ch).astype(np.float64),
                 "slots": np.bincount(where, slots, minlength=ch).astype(np.float64)}
 
-    def pim_fc_load(self, tokens: int, matrices, banks: str) -> dict:
+    def pim_fc_load(self, tokens: int, matrices, banks: str | None = None) -> dict:
         """Per channel: ``tokens`` GEMVs of ``matrices`` (each matrix's
-        outputs over every channel) and the reads that fit beside them."""
+        outputs over every channel) and the reads that fit beside them on
+        ``banks`` (none without)."""
         cyc = slots = 0.0
         for d_in, d_out in matrices:
             sh = Shape("fc", d_in)
             u = sh.units(self.cfg, -(-d_out // (self.tp * LIBRA_PIM.channels)))
             cyc += float(self.timer(sh, u)["cycles"])
-            slots += float(self.timer.slots(sh, u, banks))
+            slots += float(self.timer.slots(sh, u, banks)) if banks else 0.0
         ch = LIBRA_PIM.channels
         return {"load": np.full(ch, tokens * cyc), "slots": np.full(ch, tokens * slots)}
 
@@ -200,32 +201,12 @@ class Device:
         return self.pim_ffn_broadcast(tokens) / (self.t_ck_ns * 1e-9)
 
     # -- simulated times (seconds per layer) ------------------------------------
-    def npu_fc(self, tokens: int, matrices) -> float:
-        if tokens <= 0:
-            return 0.0
-        return sum(max(2 * tokens * i * o / self.tp / self.npu_flops,
-                       2 * i * o / self.tp / self.npu_bandwidth) for i, o in matrices)
-
     def kv_bytes(self, lengths: np.ndarray) -> np.ndarray:
         m = self.model
         return 2 * lengths * (m.kv_heads // self.tp) * m.d_head * 2
 
     def npu_mha(self, lengths: np.ndarray) -> float:
         return float(self.kv_bytes(lengths).sum()) / self.npu_bandwidth
-
-    def pim_mha(self, lengths: np.ndarray) -> tuple[float, float]:
-        """(phase seconds, busy channel-seconds) of the pairs round-robin."""
-        if not len(lengths):
-            return 0.0, 0.0
-        m = self.model
-        pairs = np.repeat(lengths, m.kv_heads // self.tp)
-        q, s = Shape("qkt", m.d_head, m.group), Shape("sv", m.d_head, m.group)
-        cycles = (self.timer(q, q.units(self.cfg, pairs))["cycles"]
-                  + self.timer(s, s.units(self.cfg, pairs))["cycles"])
-        load = np.bincount(np.arange(len(pairs)) % LIBRA_PIM.channels, cycles,
-                           minlength=LIBRA_PIM.channels)
-        tck = self.t_ck_ns * 1e-9
-        return float(load.max()) * tck, float(load.sum()) * tck
 
     @property
     def broadcast_ccd(self) -> int:
@@ -256,15 +237,10 @@ class Device:
         return sum(2 * i * o for i, o in matrices) // self.tp
 
     def pim_fc(self, tokens: int, matrices) -> float:
-        """One GEMV per token, each matrix's outputs over every channel."""
+        """Seconds of ``tokens`` GEMVs of ``matrices`` (:meth:`pim_fc_load`)."""
         if tokens <= 0:
             return 0.0
-        cyc = 0
-        for d_in, d_out in matrices:
-            sh = Shape("fc", d_in)
-            per_ch = -(-d_out // (self.tp * LIBRA_PIM.channels))
-            cyc += int(self.timer(sh, sh.units(self.cfg, per_ch))["cycles"])
-        return tokens * cyc * self.t_ck_ns * 1e-9
+        return float(self.pim_fc_load(tokens, matrices)["load"][0]) * self.t_ck_ns * 1e-9
 
     # -- DBO's own model (REFERENCE.md: t = K x dims x B / FLOPS) ---------------
     def predict(self, batch: int, longest: int,
