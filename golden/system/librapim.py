@@ -196,9 +196,17 @@ class Device:
         ch = LIBRA_PIM.channels
         return {"load": np.full(ch, tokens * cyc), "slots": np.full(ch, tokens * slots)}
 
-    def broadcast_cycles(self, tokens: int) -> float:
-        """:meth:`pim_ffn_broadcast` in channel cycles."""
-        return self.pim_ffn_broadcast(tokens) / (self.t_ck_ns * 1e-9)
+    def broadcast_cycles(self, tokens: int) -> int:
+        """Cycles the PIM MAC units are busy computing ``tokens`` offloaded
+        requests' FFN on the weight stream the NPU reads (LibraPIM's
+        broadcast path: the global buffer sends each weight word to the NPU
+        and to the channel's MAC units, no read of its own). A word feeds
+        one request per bank's MAC unit per round, a round every
+        :attr:`broadcast_ccd` cycles, so ``ceil(tokens / banks)`` rounds a
+        word."""
+        if tokens <= 0:
+            return 0
+        return self.ffn_words() * -(-tokens // self.cfg.banks) * self.broadcast_ccd
 
     # -- simulated times (seconds per layer) ------------------------------------
     def kv_bytes(self, lengths: np.ndarray) -> np.ndarray:
@@ -220,17 +228,8 @@ class Device:
         return -(-elems // (LIBRA_PIM.channels * LANES))
 
     def pim_ffn_broadcast(self, tokens: int) -> float:
-        """Seconds the PIM MAC units are busy computing ``tokens`` offloaded
-        requests' FFN on the weight stream the NPU reads (LibraPIM's
-        broadcast path: the global buffer sends each weight word to the NPU
-        and to the channel's MAC units, no read of its own). A word feeds
-        one request per bank's MAC unit per round, a round every
-        :attr:`broadcast_ccd` cycles, so ``ceil(tokens / banks)`` rounds a
-        word."""
-        if tokens <= 0:
-            return 0.0
-        rounds = -(-tokens // self.cfg.banks)
-        return self.ffn_words() * rounds * self.broadcast_ccd * self.t_ck_ns * 1e-9
+        """:meth:`broadcast_cycles` in seconds."""
+        return self.broadcast_cycles(tokens) * self.t_ck_ns * 1e-9
 
     def weight_bytes(self, matrices) -> int:
         """BF16 bytes of this device's share of ``matrices``."""
@@ -253,13 +252,7 @@ class Device:
         so its time grows linearly with the requests. ``table``: the
         runtime's latency table, a factor per side (``npu``, ``pim``) that
         the last measured step set (:func:`generate`)."""
-        p = self._predict(batch, longest)
-        if table:
-            for k in NPU_KEYS:
-                p[k] *= table["npu"]
-            for k in PIM_KEYS:
-                p[k] *= table["pim"]
-        return p
+        return with_table(self._predict(batch, longest), table)
 
     def _predict(self, batch: int, longest: int) -> dict[str, float]:
         m, d2 = self.model, self.model.d_model ** 2
@@ -302,6 +295,15 @@ PIM_KEYS = ("ffn_pim", "fc_pim", "mha_pim")
 LATENCIES = ("table", "formula")
 
 
+def with_table(p: dict[str, float], table: dict[str, float] | None) -> dict[str, float]:
+    """DBO's model ``p`` with each side's entries scaled by the latency
+    table's factor (``p`` itself without a table)."""
+    if not table:
+        return p
+    return {k: v * table["npu"] if k in NPU_KEYS else v * table["pim"] if k in PIM_KEYS else v
+            for k, v in p.items()}
+
+
 def predicted_sides(p: dict[str, float], batch: int, plan: str,
                     count: int) -> tuple[float, float]:
     """DBO's predicted (NPU, PIM) busy time of a layer under a plan."""
@@ -328,7 +330,12 @@ def dbo(device: Device, batch: int, longest: int,
     """Algorithm 1: (plan, requests moved, predicted time, predicted time
     without offloading), per layer; ``table``: the runtime's latency table
     (:meth:`Device.predict`)."""
-    p = device.predict(batch, longest, table)
+    return decide(device.predict(batch, longest, table), batch)
+
+
+def decide(p: dict[str, float], batch: int) -> tuple[str, int, float, float]:
+    """Algorithm 1 on DBO's model ``p`` (:meth:`Device.predict`) of a group
+    of ``batch`` requests (:func:`dbo`)."""
     base = predicted_time(p, batch, "none", 0)
     t_npu, t_pim = _npu(p, batch, batch), batch * p["mha_pim"]
     if batch < LIBRA_PIM.channels:
@@ -547,7 +554,8 @@ def generate(device: Device, system: str, lengths: np.ndarray, steps: int,
         plan = ("none", 0)
         if system == "LibraPIM":
             used = dict(table) if latency == "table" else None
-            kind, count, pred, base = dbo(device, len(cur), int(cur.max()), used)
+            plain = device.predict(len(cur), int(cur.max()))
+            kind, count, pred, base = decide(with_table(plain, used), len(cur))
             plan = (kind, count)
             decisions.append({"step": s, "plan": kind, "requests": count,
                               "predicted_s": pred * m.layers,
@@ -556,7 +564,7 @@ def generate(device: Device, system: str, lengths: np.ndarray, steps: int,
                                  if used else {})})
         t = layer_time(device, system, cur, plan)
         if system == "LibraPIM":  # the table from this step's measured sides
-            sides = predicted_sides(device.predict(len(cur), int(cur.max())), len(cur), *plan)
+            sides = predicted_sides(plain, len(cur), *plan)
             for side, got, want in zip(("npu", "pim"), (t["npu_s"], t["pim_s"]), sides,
                                        strict=True):
                 if got > 0 and want > 0:
