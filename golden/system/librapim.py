@@ -421,6 +421,7 @@ def layer_time(device: Device, system: str, lengths: np.ndarray,
     w_attn, w_ffn = device.weight_bytes(attn), device.weight_bytes(ffn)
     banks = BANKS[system]
     b = len(lengths)
+    layers = 1  # segments of one layer, or (the pipelined systems) of a whole step
     if system == "NPU+AiM":  # the NPU's FC, then the PIM's attention, each alone
         t = _schedule(device, system, [(device.npu_work(b, attn + ffn), None, 0.0),
                                        (None, device.attention(lengths, banks), 0.0)])
@@ -436,14 +437,10 @@ def layer_time(device: Device, system: str, lengths: np.ndarray,
             segs += [(None, att, 0.0), (None, fc, 0.0)]
         t = _schedule(device, system, segs)
         wbytes = b * (w_attn + w_ffn)
-    else:  # a whole step's segments
-        t, wbytes = _pipelined(device, system, lengths, plan, qkv, o, ffn)
-        wbytes = wbytes * (w_attn + w_ffn)
+    else:
+        t, streams = _pipelined(device, system, lengths, plan, qkv, o, ffn)
+        wbytes = streams * (w_attn + w_ffn)
         layers = m.layers
-        return {"layer_s": t["s"] / layers, "npu_s": t["npu_s"] / layers,
-                "pim_s": t["pim_s"] / layers, "pim_channel_s": t["pim_channel_s"] / layers,
-                "weight_bytes": wbytes}
-    layers = 1  # one layer's segments
     return {"layer_s": t["s"] / layers, "npu_s": t["npu_s"] / layers,
             "pim_s": t["pim_s"] / layers, "pim_channel_s": t["pim_channel_s"] / layers,
             "weight_bytes": wbytes}
