@@ -21,6 +21,12 @@ class ConfigError(ValueError):
     message names the key and the value."""
 
 
+def check_one_of(name: str, value, known) -> None:
+    """ConfigError naming ``name`` unless ``value`` is one of ``known``."""
+    if value not in known:
+        raise ConfigError(f"{name} must be one of {', '.join(known)}, not {value!r}")
+
+
 def check_int(key: str, value, lo: int, hi: int, note: str = "") -> None:
     """``value`` must be an int (not a bool) in [lo, hi]; ConfigError naming
     ``key`` (and ``note``, what the value means) otherwise."""
@@ -125,9 +131,7 @@ class ChannelConfig:
     bank_groups: int = 1
 
     def __post_init__(self):
-        if self.policy not in POLICIES:
-            raise ConfigError(f"policy must be one of {', '.join(POLICIES)}, "
-                              f"not {self.policy!r}")
+        check_one_of("policy", self.policy, POLICIES)
         limits = {
             "banks": (1, min(LANES, 1 << FIELDS["bank"].width)),
             "rows": (1, 1 << FIELDS["row"].width),

@@ -64,7 +64,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from golden.config import ConfigError
+from golden.config import ConfigError, check_one_of
 from golden.isa import LANES
 from golden.system import overlap
 from golden.system.kernel_timing import KernelTimer, Shape
@@ -413,8 +413,7 @@ def layer_time(device: Device, system: str, lengths: np.ndarray,
     segments over the layers), with the NPU and PIM busy seconds and the FC
     weight bytes read from DRAM (``weight_bytes``: the NPU's stream, once
     per sub-batch, and the PIM's GEMVs, once per token)."""
-    if system not in SYSTEMS:
-        raise ConfigError(f"system must be one of {', '.join(SYSTEMS)}, not {system!r}")
+    check_one_of("system", system, SYSTEMS)
     m = device.model
     attn, ffn = m.attn_matrices(), m.ffn_matrices_shapes()
     qkv, o = attn[:1], attn[1:]
@@ -527,8 +526,7 @@ def _pipelined(device: Device, system: str, lengths: np.ndarray, plan: tuple[str
 
 
 def check_latency(latency: str) -> None:
-    if latency not in LATENCIES:
-        raise ConfigError(f"dbo_latency must be one of {', '.join(LATENCIES)}, not {latency!r}")
+    check_one_of("dbo_latency", latency, LATENCIES)
 
 
 def generate(device: Device, system: str, lengths: np.ndarray, steps: int,

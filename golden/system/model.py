@@ -57,7 +57,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from golden.config import ChannelConfig, ConfigError, load_profile, load_profile_data
+from golden.config import (
+    ChannelConfig,
+    ConfigError,
+    check_one_of,
+    load_profile,
+    load_profile_data,
+)
 from golden.isa import LANES
 from golden.system import overlap, sweep
 from golden.system.kernel_timing import MODES, KernelTimer, Shape
@@ -151,8 +157,7 @@ def kv_allocation(model: Model, lengths: np.ndarray, scheme: str, chunk_bytes: i
     """Bytes each request holds: its ``2 x layers x kv_heads`` K and V token
     streams in whole chunks of ``chunk_bytes / (d_head x 2 B)`` tokens, for
     the context window (static) or its current length (DPA)."""
-    if scheme not in KV_SCHEMES:
-        raise ConfigError(f"kv scheme must be one of {', '.join(KV_SCHEMES)}, not {scheme!r}")
+    check_one_of("kv scheme", scheme, KV_SCHEMES)
     streams = 2 * model.layers * model.kv_heads
     tpc = chunk_bytes // (model.d_head * 2)
     if tpc < 1:
@@ -292,15 +297,11 @@ PREEMPTIONS = ("cheaper", "recompute", "swap", "free")
 
 
 def check_preemption(asm: Assumptions) -> None:
-    if asm.preemption not in PREEMPTIONS:
-        raise ConfigError(f"assumptions.preemption must be one of {', '.join(PREEMPTIONS)}, "
-                          f"not {asm.preemption!r}")
+    check_one_of("assumptions.preemption", asm.preemption, PREEMPTIONS)
 
 
 def check_hfp_weights(asm: Assumptions) -> None:
-    if asm.hfp_weights not in HFP_WEIGHTS:
-        raise ConfigError(f"assumptions.hfp_weights must be one of {', '.join(HFP_WEIGHTS)}, "
-                          f"not {asm.hfp_weights!r}")
+    check_one_of("assumptions.hfp_weights", asm.hfp_weights, HFP_WEIGHTS)
 
 
 def hfp_kv_channels(model: Model, system: System, modules: int, asm: Assumptions) -> int:
@@ -514,8 +515,7 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
     the link (:func:`system_link`). A module's stages share its vector
     unit and its link port, so the step lasts at least the busier one's
     time (``bound`` names what sets the step)."""
-    if partition not in PARTITIONS:
-        raise ConfigError(f"partition must be one of {', '.join(PARTITIONS)}, not {partition!r}")
+    check_one_of("partition", partition, PARTITIONS)
     if k < 1 or system.channels_per_module % k or pp % k:
         raise ConfigError(f"{k} stages per module must divide its {system.channels_per_module} "
                           f"channels and the {pp} stages")
@@ -793,8 +793,7 @@ def evaluate_gpu(model: Model, gpu: Gpu, lengths: np.ndarray, capacity_gb: int,
 
 
 def check_mode(data: dict) -> None:
-    if data["mode"] not in MODES:
-        raise ConfigError(f"mode must be one of {', '.join(MODES)}, not {data['mode']!r}")
+    check_one_of("mode", data["mode"], MODES)
 
 
 def _calibrate(task: tuple) -> tuple:

@@ -61,7 +61,7 @@ import numpy as np
 
 from golden.banks import BankTimer, kind_of
 from golden.channel import ChannelModel
-from golden.config import ChannelConfig, ConfigError
+from golden.config import ChannelConfig, ConfigError, check_one_of
 from golden.isa import LANES
 from golden.kernels import Kernel
 
@@ -102,8 +102,7 @@ class _Pim:
 
 
 def check_banks(banks: str) -> None:
-    if banks not in BANKS:
-        raise ConfigError(f"banks must be one of {', '.join(BANKS)}, not {banks!r}")
+    check_one_of("banks", banks, BANKS)
 
 
 def fill(cfg: ChannelConfig, events: list[tuple[int, str]], reads: int | None,

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 
-from golden.config import ConfigError, read_toml
+from golden.config import ConfigError, check_one_of, read_toml
 from golden.isa import FIELDS
 from golden.system.model import Assumptions
 
@@ -217,9 +217,7 @@ def assumptions(data: dict) -> Assumptions:
     from golden.system.model import POLICY_BASELINES, check_hfp_weights, check_preemption
 
     asm = Assumptions(**data["assumptions"])
-    if asm.baseline_policy not in POLICY_BASELINES:
-        raise ConfigError(f"assumptions.baseline_policy must be one of "
-                          f"{', '.join(POLICY_BASELINES)}, not {asm.baseline_policy!r}")
+    check_one_of("assumptions.baseline_policy", asm.baseline_policy, POLICY_BASELINES)
     check_hfp_weights(asm)
     check_preemption(asm)
     return asm
