@@ -249,6 +249,8 @@ def test_study_small():
         s = r["systems"]
         assert set(s) == {"NPU+AiM", "AttAcc-like", "NeuPIMs-like", "LibraPIM", "LibraPIM-noDBO"}
         assert r["capacity"]["device_gb"] == 16 and r["npu_array"] == 64
+        n, m = (int(x) for x in r["dex"]["split"].split(":"))
+        assert n + m == 32 and n >= 1 and m >= 1
         assert len(s["LibraPIM"]["decisions"]) == 3
         assert all(x["tokens_per_s"] > 0 for x in s.values())
         for d in s["LibraPIM"]["decisions"]:
@@ -314,3 +316,77 @@ def test_npu_size_and_dbo_ablation():
     assert a == layer_time(dev, "LibraPIM", lengths, ("none", 0))
     assert "decisions" not in {k for k, v in librapim.generate(
         dev, "LibraPIM-noDBO", lengths, 1).items() if v}
+
+
+def test_dex_split_from_the_data():
+    """``auto`` gives the weight partition the fewest subarrays that hold
+    the weights and the KV partition the rest, so nothing spills; data
+    beyond the bank is split in proportion. A fixed split that does not
+    match the data places the excess in the other partition."""
+    cell = librapim.subarray_bytes()
+    rows = pim_config().rows
+    assert rows // librapim.SUBARRAY_ROWS == 32
+    assert librapim.dex_split("auto", rows, 5 * cell, 10 * cell) == (5, 27)
+    assert librapim.dex_split("auto", rows, 4.2 * cell, 10 * cell) == (5, 27)
+    assert librapim.spills((5, 27), 5 * cell, 10 * cell) == {"weight_spill": 0.0,
+                                                            "kv_spill": 0.0}
+    # beyond the bank (64 subarrays of data): in proportion, 1:3 -> 8:24
+    assert librapim.dex_split("auto", rows, 16 * cell, 48 * cell) == (8, 24)
+    # fixed halves: 24 subarrays of KV, 16 hold it, 8 spill (a third)
+    assert librapim.dex_split("16:16", rows, 8 * cell, 24 * cell) == (16, 16)
+    assert librapim.spills((16, 16), 8 * cell, 24 * cell) == pytest.approx(
+        {"weight_spill": 0.0, "kv_spill": 1 / 3})
+    assert librapim.spills((16, 16), 20 * cell, 4 * cell) == pytest.approx(
+        {"weight_spill": 0.2, "kv_spill": 0.0})
+    # beyond the bank, the fixed split against the data's proportion
+    assert librapim.spills((16, 16), 16 * cell, 48 * cell) == pytest.approx(
+        {"weight_spill": 0.0, "kv_spill": 1 / 3})
+    for bad in ("3", "0:4", "a:b", "1:2:3", 7):
+        with pytest.raises(ConfigError, match="dex_split must be"):
+            librapim.check_dex_split(bad)
+    with pytest.raises(ConfigError, match="does not split"):
+        librapim.dex_split("5:7", rows, cell, cell)
+
+
+def test_spilled_data_loses_the_dual_path():
+    """On dual-path banks, KV held in the weight partition leaves its
+    kernels no read slots (the RD and the MAC want the same partition's row,
+    tests/test_golden_channel.py::test_dual_path_same_partition_serializes);
+    weights held in the KV partition take only the idle cycles. By hand on
+    one segment, against NeuPIMs' dual row buffer, which has no split."""
+    lengths = np.array([300, 200, 900, 50] * 16)
+    base = device()
+    att = base.attention(lengths, "dual")
+    npu = base.npu_work(32, base.model.ffn_matrices_shapes())
+    period, tck = base.period("LibraPIM"), base.t_ck_ns * 1e-9
+    load, slots = att["load"], att["slots"]
+    phase = load.max()
+    idle = (phase - load) / period
+    reads = npu["reads"]
+    assert reads > slots.max()  # the reads outlast the slots
+
+    def by_hand(ws, ks):
+        kept = reads * (1 - ws)
+        left = np.maximum(0, kept - slots * (1 - ks)) + reads - kept
+        return max(npu["flops_s"], float(np.max(phase + np.maximum(0, left - idle) * period)) * tck)
+
+    got = {}
+    for ws, ks in ((0, 0), (0, 0.25), (0.25, 0), (0, 1)):
+        dev = Device(base.model, 8, base.timer, 1.0, weight_spill=ws, kv_spill=ks)
+        got[ws, ks] = segment(dev, "LibraPIM", npu, att)["s"]
+        assert got[ws, ks] == pytest.approx(by_hand(ws, ks))
+        # NeuPIMs' dual row buffer holds any row beside any other: no spill
+        assert segment(dev, "NeuPIMs-like", npu, att)["s"] == segment(
+            base, "NeuPIMs-like", npu, att)["s"]
+    assert got[0, 0] < got[0, 0.25] < got[0, 1]
+    # reads beyond the slots run after the kernels anyway: spilled weights
+    # cost nothing more; fewer reads than slots, they do
+    assert got[0.25, 0] == pytest.approx(got[0, 0])
+    few = {"flops_s": 0.0, "reads": int(slots.min() // 2)}
+    whole = Device(base.model, 8, base.timer, 1.0, weight_spill=1.0)
+    assert segment(base, "LibraPIM", few, att)["s"] == pytest.approx(phase * tck)
+    assert segment(whole, "LibraPIM", few, att)["s"] == pytest.approx(
+        (phase + few["reads"] * period) * tck)
+    # every slot lost: the channel serves the reads only where no kernel runs
+    assert got[0, 1] == pytest.approx(max(npu["flops_s"], float(np.max(
+        phase + np.maximum(0, reads - idle) * period)) * tck))

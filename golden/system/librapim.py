@@ -28,8 +28,10 @@ PIM's commands share each channel's command bus and column rules,
   (``golden.system.model.neupims_segments``): one sub-batch's FC on the
   NPU beside the other's attention on PIM, on dual row buffers.
 * ``LibraPIM``: the same segments on dual-path banks (DEX: the weights and
-  the offloaded KV in one partition, the KV in the other; the sliced path
-  adds ``dex_overhead`` to a read), plus DBO.
+  the offloaded KV in one partition, the KV in the other, the n:m split
+  chosen from the data, :func:`dex_split`; data a partition cannot hold
+  spills into the other and loses the dual path, :func:`spills`; the
+  sliced path adds ``dex_overhead`` to a read), plus DBO.
 
 A segment lasts the longer of the NPU's FLOPs and the slowest channel; a
 channel runs its PIM kernels, the NPU's reads taking the read slots the
@@ -58,13 +60,14 @@ taken (:func:`dbo`).
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
-from golden.config import ConfigError, check_one_of
+from golden.config import ConfigError, check_one_of, slice_rows_for
 from golden.isa import LANES
 from golden.system import overlap
 from golden.system.kernel_timing import KernelTimer, Shape
@@ -88,6 +91,11 @@ BANKS = {"NPU+AiM": "conventional", "AttAcc-like": "conventional", "NeuPIMs-like
 #: DBO's offloading, the ablation of Figure 21)
 DEX = ("LibraPIM", "LibraPIM-noDBO")
 PLANS = ("none", "all-pim", "ffn-to-pim", "mha-to-npu")
+#: Rows of a DRAM subarray, the unit a dual-path bank's n:m split is set in
+#: (an assumption: 512 rows, a common subarray height; the profile's banks
+#: have 16,384 rows, 32 subarrays). Under ``dex_split = "auto"`` it only
+#: rounds the split.
+SUBARRAY_ROWS = 512
 
 
 def check_tp(model: LibraModel, tp: int) -> None:
@@ -118,6 +126,11 @@ class Device:
     dex_overhead: float = 0.0
     #: the NPU's peak FLOP/s (LIBRA_NPU's, or a size of Figure 21's sweep)
     npu_flops: float = LIBRA_NPU.flops
+    #: dual-path banks (``DEX`` systems): the fraction of the weights held
+    #: in the KV partition and of the KV held in the weight partition, where
+    #: the split does not match the data (:func:`spills`)
+    weight_spill: float = 0.0
+    kv_spill: float = 0.0
 
     def __post_init__(self):
         check_tp(self.model, self.tp)
@@ -390,8 +403,15 @@ def segment(device: Device, system: str, npu: dict | None, att: dict | None,
     slots = att["slots"] if att else np.zeros(ch)
     work = load + rounds
     phase = float(work.max())
-    free = slots + (rounds + phase - work) / period
-    chan = float(np.max(overlap.segment_cycles(phase, free, reads, period)))
+    idle = (rounds + phase - work) / period
+    ws, ks = (device.weight_spill, device.kv_spill) if system in DEX else (0.0, 0.0)
+    # on dual-path banks, the kernels of KV held in the weight partition
+    # leave it no row for reads (their slots are lost), and reads of weights
+    # held in the KV partition find its row taken by a kernel: they take
+    # only the idle cycles and what runs after
+    kept = reads * (1 - ws)
+    left = np.maximum(0, kept - slots * (1 - ks)) + (reads - kept)
+    chan = float(np.max(overlap.segment_cycles(phase, idle, left, period)))
     return {"s": max(flops, chan * tck), "npu_s": max(flops, reads * period * tck),
             "pim_s": phase * tck, "pim_channel_s": float(work.sum()) * tck}
 
@@ -594,6 +614,66 @@ def capacity(model: LibraModel, tp: int, lengths: np.ndarray) -> dict:
             "devices_needed": int(-(-need * tp // (LIBRA_PIM.capacity_gb * 1e9)))}
 
 
+def check_dex_split(spec) -> tuple[int, int] | None:
+    """``dex_split``: "auto" (None) or "n:m" subarrays, both positive."""
+    if spec == "auto":
+        return None
+    try:
+        n, m = (int(x) for x in str(spec).split(":"))
+    except ValueError:
+        n = m = 0
+    if n < 1 or m < 1:
+        raise ConfigError(f'dex_split must be "auto" or n:m with two positive integers '
+                          f"(subarrays of the weight and the KV partition), not {spec!r}")
+    return n, m
+
+
+def subarray_bytes() -> int:
+    """Bytes one subarray holds over all of a device's banks (every channel's
+    bank b holds the same share of the data)."""
+    cfg = pim_config()
+    return LIBRA_PIM.channels * cfg.banks * SUBARRAY_ROWS * cfg.cols * LANES * 2
+
+
+def dex_split(spec, rows: int, weights: float, kv: float) -> tuple[int, int]:
+    """The n:m subarray split of a dual-path bank of ``rows`` rows holding
+    ``weights`` and ``kv`` (bytes, one device's share, spread evenly over
+    its banks): ``spec`` "n:m" as given, or "auto": when both fit, the
+    weight partition the fewest subarrays that hold the weights and the KV
+    partition the rest; else the subarrays in the data's proportion
+    (nearest, at least one each)."""
+    fixed = check_dex_split(spec)
+    if fixed:
+        slice_rows_for(rows, *fixed)  # whole rows
+        return fixed
+    total = rows // SUBARRAY_ROWS
+    if total < 2:
+        raise ConfigError(f"a bank of {rows} rows has fewer than two subarrays of "
+                          f"{SUBARRAY_ROWS} rows to split")
+    cells = subarray_bytes()
+    n, m = max(1, math.ceil(weights / cells)), max(1, math.ceil(kv / cells))
+    if n + m <= total:
+        return n, total - n
+    n = min(total - 1, max(1, round(total * weights / (weights + kv))))
+    return n, total - n
+
+
+def spills(split: tuple[int, int], weights: float, kv: float) -> dict[str, float]:
+    """The fractions of the data the split ``n:m`` places in the other
+    partition: ``weight_spill`` (of the weights, in the KV partition) and
+    ``kv_spill`` (of the KV, in the weight partition). Data beyond a
+    partition goes to the other one's free rows; data beyond the bank (the
+    run does not fit, ``capacity``) is taken in proportion to what the bank
+    holds."""
+    n, m = split
+    cells = subarray_bytes()
+    total = weights + kv
+    scale = min(1.0, (n + m) * cells / total) if total else 1.0
+    w, k = weights * scale, kv * scale
+    return {"weight_spill": max(0.0, w - n * cells) / w if w else 0.0,
+            "kv_spill": max(0.0, k - m * cells) / k if k else 0.0}
+
+
 def input_lengths(input_len: int, batch: int, seed: int, spread: float) -> np.ndarray:
     """Context lengths of a group: uniform in ``[input x (1 - spread),
     input]`` (at least 1 token)."""
@@ -612,12 +692,18 @@ def shapes(model: LibraModel) -> list[Shape]:
 def _point(p: dict) -> dict:
     model = LIBRA_MODELS[p["model"]]
     npu = LibraNpu(array_dim=p["npu_array"])
-    device = Device(model, p["tp"], KernelTimer(pim_config(), p["mode"], p["table"]), p["t_ck"],
-                    p["broadcast_mac_ccd"], p["dex_overhead"], npu.flops)
     lengths = input_lengths(p["input"], p["batch"], p["seed"], p["spread"])
+    cap = capacity(model, p["tp"], lengths + p["steps"])
+    data = cap["weights_gb"] * 1e9, cap["kv_gb"] * 1e9
+    split = dex_split(p["dex_split"], pim_config().rows, *data)
+    spill = spills(split, *data)
+    device = Device(model, p["tp"], KernelTimer(pim_config(), p["mode"], p["table"]), p["t_ck"],
+                    p["broadcast_mac_ccd"], p["dex_overhead"], npu.flops, **spill)
     out = {"model": model.name, "batch": p["batch"], "input": p["input"],
-           "npu_array": p["npu_array"], "npu_tflops": npu.flops / 1e12,
-           "capacity": capacity(model, p["tp"], lengths + p["steps"]), "systems": {}}
+           "npu_array": p["npu_array"], "npu_tflops": npu.flops / 1e12, "capacity": cap,
+           "dex": {"split": f"{split[0]}:{split[1]}",
+                   **{k: float(f"{v:.6g}") for k, v in spill.items()}},
+           "systems": {}}
     for system in p["systems"]:
         r = generate(device, system, lengths, p["steps"], p["dbo_latency"])
         r = {k: (float(f"{v:.6g}") if isinstance(v, float) else v) for k, v in r.items()}
@@ -654,11 +740,12 @@ def librapim(data: dict, sw, progress: bool | None = None) -> dict:
     tables = calibrate(LIBRA_PIM.profile, ["static"], all_shapes, Assumptions(), data["mode"],
                        sw, progress, slots=all_shapes, banks=overlap.BANKS)
     check_latency(data["dbo_latency"])
+    check_dex_split(data["dex_split"])
     points = [{"model": m.name, "batch": b, "input": i, "tp": data["tp"], "steps": data["steps"],
                "npu_array": a, "dbo_latency": data["dbo_latency"],
                "seed": data["seed"], "spread": data["spread"], "mode": data["mode"],
                "broadcast_mac_ccd": data["broadcast_mac_ccd"],
-               "dex_overhead": data["dex_overhead"],
+               "dex_overhead": data["dex_overhead"], "dex_split": data["dex_split"],
                "table": tables["static"], "t_ck": t_ck_ns(LIBRA_PIM.profile),
                "systems": systems}
               for a in data["npu_arrays"] for m in models for b in data["batches"]
