@@ -312,6 +312,15 @@ def cmd_gemv(args) -> int:
         "max_abs_err_vs_float32": float(np.max(np.abs(y - ref))),
         "golden_wall_s": round(wall, 4),
     }
+    from golden.energy import params_for, trace_energy
+
+    known = params_for(cfg)
+    if known:  # the run's energy from its trace (docs/energy.md)
+        e = trace_energy(cfg, *known, cmds, result.trace, result.cycles)
+        data["energy"] = {"total_nj": round(e["total_pj"] / 1e3, 3),
+                          "pj_per_mac_command": round(e["breakdown"]["mac"] / max(1, result.mac_count), 3),
+                          "breakdown_nj": {k: round(v / 1e3, 3) for k, v in e["breakdown"].items()},
+                          "counts": e["counts"]}
     _emit(data, args.json)
     return 0
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from golden import energy
 from golden.alu import AluChannel, AluConfig
 from golden.channel import ChannelModel, Command, RunResult
 from golden.config import ChannelConfig
@@ -26,6 +27,7 @@ from golden.isa import (
     unpack,
     unpack_alu,
 )
+from golden.streams import TraceEntry
 
 Model = ChannelModel | AluChannel
 
@@ -236,4 +238,24 @@ def check(model: Model, commands: list[Command] | list[int], wdata: list[int], o
     if obs.status != want_status:
         raise ScoreboardError(f"status (code, id, count): rtl {obs.status} "
                               f"golden {want_status} ({ErrorCode(want_status[0]).name}){replay}")
+    if not isinstance(model, AluChannel):
+        check_energy(model.config, commands, obs, ref, replay)
     return ref
+
+
+def check_energy(config, commands: list[Command], obs: Observed, ref: RunResult,
+                 replay: str = "") -> dict | None:
+    """The run's energy (golden.energy) from the RTL's observed trace against
+    golden's, for a configuration of a profile with an energy table; the
+    observed figure, or None without one."""
+    known = energy.params_for(config)
+    if known is None:
+        return None
+    params, t_ck = known
+    rtl = [TraceEntry(i, Opcode(op), c) for i, op, c in obs.trace]
+    got = energy.trace_energy(config, params, t_ck, commands, rtl, ref.cycles)
+    want = energy.trace_energy(config, params, t_ck, commands, ref.trace, ref.cycles)
+    if got != want:
+        raise ScoreboardError(f"energy: rtl {got['total_pj']:.1f} pJ {got['counts']}, "
+                              f"golden {want['total_pj']:.1f} pJ {want['counts']}{replay}")
+    return got

@@ -102,6 +102,12 @@ def test_cli_gemv_json(capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["macs"] == 32 // 16 * 64 // 16 and data["cycles"] > data["macs"]
     assert 0 < data["mac_utilization"] <= 1 and data["max_abs_err_vs_float32"] < 0.05
+    e = data["energy"]  # gddr6-aim has an energy table (docs/energy.md)
+    assert e["counts"]["macs"] == 16 * data["macs"]
+    assert e["total_nj"] == pytest.approx(sum(e["breakdown_nj"].values()), abs=0.01)
+    assert main(["gemv", "--n-out", "32", "--n-in", "64", "--profile", "hbm-jitq",
+                 "--json", "-"]) == 0
+    assert "energy" not in json.loads(capsys.readouterr().out)  # no table: no figure
 
 
 def test_cli_dpa_studies_json(capsys):

@@ -1,0 +1,211 @@
+"""Energy of a channel run from its cycle-exact issue trace (docs/energy.md).
+
+A device profile's ``[energy]`` table gives per-command energies and
+standby powers, each with its source in ``[sources]`` (``energy.KEY``).
+:func:`trace_energy` charges every trace entry, in issue order:
+
+* ``ACT``: ``act_pj`` for every bank (or dual-path partition) it opens,
+  the activation with its precharge (the source charges the pair at the
+  ACT); ``PRE``: ``pre_pj`` for every bank it closes;
+* ``MAC``: ``mac_pj`` for every bank (an all-bank MAC: ``banks`` times);
+* ``RD`` / ``WR``: the array access (``rd_pj`` / ``wr_pj``) and a beat on
+  the data bus; ``WR-INP``: the GBuf write (``gbuf_wr_pj``) and a beat;
+  ``RD-OUT``: the OBuf read (``obuf_rd_pj``) and a beat; a beat is
+  ``LANES x 16`` bits at ``io_pj_per_bit``;
+* ``REF``: ``ref_pj`` (all banks); ``MODE``: nothing;
+* **background**: the cycles with some row open at ``act_standby_mw``, the
+  rest at ``pre_standby_mw``, up to the run's last cycle.
+
+Which banks an ACT opens or a PRE closes is not in the trace (its entries
+are command ID, opcode and cycle, as the RTL reports them): the banks are
+replayed from the commands with the controller's own rules
+(``golden.banks.BankTimer.action_for``). So the energy is a function of
+the trace and the commands: the RTL's observed trace gives the same
+figure as golden's whenever the two traces are equal.
+
+Breakdown (``CATEGORIES``): ``mac``; ``io`` (data-bus beats, GBuf writes,
+OBuf reads); ``act_pre``; ``refresh``; ``background``; ``other`` (the
+array side of normal reads and writes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from golden.banks import BankTimer
+from golden.config import PROFILES, ChannelConfig, ConfigError, load_profile_data
+from golden.isa import LANES, REFRESH_ID, Opcode
+from golden.streams import CMD_ID_MOD, Command, TraceEntry
+
+#: Bits one data-bus beat moves (one 32 B word).
+BEAT_BITS = LANES * 16
+CATEGORIES = ("mac", "io", "act_pre", "refresh", "background", "other")
+
+
+@dataclass(frozen=True)
+class EnergyParams:
+    """Per-command energies (pJ) and standby powers (mW) of one channel."""
+
+    act_pj: float  # one bank's (or partition's) row activation, with its precharge
+    pre_pj: float  # one bank's precharge beyond what act_pj includes
+    rd_pj: float  # the array side of a normal read of one 32 B word
+    wr_pj: float  # the array side of a normal write
+    mac_pj: float  # one bank's MAC (16 lanes)
+    io_pj_per_bit: float  # the data bus
+    gbuf_wr_pj: float  # a WR-INP into the GBuf
+    obuf_rd_pj: float  # a RD-OUT of every bank's OBuf entry
+    ref_pj: float  # an all-bank refresh
+    act_standby_mw: float  # some row open
+    pre_standby_mw: float  # every bank precharged
+
+    @property
+    def beat_pj(self) -> float:
+        return self.io_pj_per_bit * BEAT_BITS
+
+
+KEYS = tuple(f.name for f in dataclasses.fields(EnergyParams))
+
+
+def energy_params(profile: str, **overrides) -> EnergyParams:
+    """The ``[energy]`` table of ``profile`` (a name or a TOML file), with
+    ``overrides`` (a study's sweep) replacing keys."""
+    data = load_profile_data(profile)
+    table = data.get("energy")
+    if table is None and isinstance(data.get("energy_from"), str):  # another profile's table
+        table = load_profile_data(data["energy_from"]).get("energy")
+    if table is None:
+        raise ConfigError(f"profile {profile!r} has no [energy] table (energy needs one; "
+                          f"docs/energy.md lists the keys)")
+    if not isinstance(table, dict):
+        raise ConfigError(f"profile {profile!r}: [energy] must be a table")
+    merged = {**table, **overrides}
+    for key in merged:
+        if key not in KEYS:
+            raise ConfigError(f"profile {profile!r}: unknown key energy.{key} "
+                              f"(valid: {', '.join(KEYS)})")
+    missing = [k for k in KEYS if k not in merged]
+    if missing:
+        raise ConfigError(f"profile {profile!r}: missing key energy.{missing[0]}")
+    for key, v in merged.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1e9:
+            raise ConfigError(f"energy.{key} must be a number in [0, 1e9), not {v!r}")
+    return EnergyParams(**{k: float(v) for k, v in merged.items()})
+
+
+def _command_of(trace: list[TraceEntry], commands: list[Command], drops: set[int]):
+    """For each trace entry, the index of the command it serves (None for a
+    refresh's own entries). Command IDs wrap at ``CMD_ID_MOD``; the
+    commands outstanding at any time are far fewer, so an ID names the
+    first unfinished command at or after the oldest with that ID."""
+    done = [False] * len(commands)
+    low = 0
+    out: list[int | None] = []
+    for n, e in enumerate(trace):
+        while low < len(commands) and (done[low] or low in drops):
+            low += 1
+        refresh = e.cmd_id == REFRESH_ID and (
+            e.opcode == Opcode.REF or (e.opcode in (Opcode.PRE, Opcode.MODE) and any(
+                f.opcode == Opcode.REF for f in trace[n + 1:n + 3]
+                if f.cmd_id == REFRESH_ID)))
+        if refresh:
+            out.append(None)
+            continue
+        i = low + (e.cmd_id - low) % CMD_ID_MOD
+        if i >= len(commands):
+            raise ValueError(f"trace entry {e} names no command")
+        out.append(i)
+        if e.opcode == commands[i].opcode:
+            done[i] = True
+    return out
+
+
+def trace_energy(cfg: ChannelConfig, params: EnergyParams, t_ck_ns: float,
+                 commands: list[Command], trace: list[TraceEntry], cycles: int) -> dict:
+    """Energy (pJ) of a run of ``commands`` on ``cfg`` whose issue trace is
+    ``trace`` and which lasted ``cycles``: ``total_pj``, ``breakdown``
+    (pJ per ``CATEGORIES``), ``counts`` (bank activations, precharges,
+    bank MACs, beats, refreshes) and ``active_cycles`` (some row open)."""
+    from golden.channel import ChannelModel
+
+    checker = ChannelModel(cfg)
+    drops = {i for i, c in enumerate(commands) if checker.check(c)[0].value}
+    owner = _command_of(trace, commands, drops)
+    banks = BankTimer(cfg.banks, cfg.timing, cfg.slice_rows, bank_groups=cfg.bank_groups)
+    e = dict.fromkeys(CATEGORIES, 0.0)
+    counts = dict.fromkeys(("acts", "pres", "macs", "beats", "refreshes"), 0)
+    active = 0
+    last = 0  # background charged up to here
+    for entry, i in zip(trace, owner, strict=True):
+        c = entry.cycle
+        if any(r is not None for r in banks.open_row):
+            active += c - last
+        last = c
+        op = entry.opcode
+        if i is None:  # a refresh's MODE, PRE (every open unit) or REF
+            if op == Opcode.PRE:
+                units = [u for u, r in enumerate(banks.open_row) if r is not None]
+                counts["pres"] += len(units)
+                e["act_pre"] += params.pre_pj * len(units)
+                for u in units:
+                    banks.open_row[u] = None
+            elif op == Opcode.REF:
+                counts["refreshes"] += 1
+                e["refresh"] += params.ref_pj
+            continue
+        cmd = commands[i]
+        if op in (Opcode.PRE, Opcode.ACT):
+            action = banks.action_for(banks.touched(Opcode(cmd.opcode), cmd), cmd.row,
+                                      as_set=cmd.opcode == Opcode.MAC)
+            if action is None or action[0] != op:
+                raise ValueError(f"trace entry {entry}: command {cmd} needs "
+                                 f"{action[0].name if action else 'no'} {op.name}")
+            units = action[1]
+            key = "acts" if op == Opcode.ACT else "pres"
+            counts[key] += len(units)
+            e["act_pre"] += (params.act_pj if op == Opcode.ACT else params.pre_pj) * len(units)
+            for u in units:
+                banks.open_row[u] = cmd.row if op == Opcode.ACT else None
+        elif op == Opcode.MAC:
+            counts["macs"] += cfg.banks
+            e["mac"] += params.mac_pj * cfg.banks
+        elif op in (Opcode.RD, Opcode.WR, Opcode.WR_INP, Opcode.RD_OUT):
+            counts["beats"] += 1
+            e["io"] += params.beat_pj
+            if op == Opcode.RD:
+                e["other"] += params.rd_pj
+            elif op == Opcode.WR:
+                e["other"] += params.wr_pj
+            elif op == Opcode.WR_INP:
+                e["io"] += params.gbuf_wr_pj
+            else:
+                e["io"] += params.obuf_rd_pj
+    if cycles < last:
+        raise ValueError(f"the run lasted {cycles} cycles, before its last entry ({last})")
+    if any(r is not None for r in banks.open_row):
+        active += cycles - last
+    # mW x ns = pJ
+    e["background"] = (active * params.act_standby_mw
+                       + (cycles - active) * params.pre_standby_mw) * t_ck_ns
+    return {"total_pj": sum(e.values()), "breakdown": e, "counts": counts,
+            "active_cycles": active, "cycles": cycles}
+
+
+def params_for(cfg: ChannelConfig) -> tuple[EnergyParams, float] | None:
+    """``(params, t_ck_ns)`` of the known profile ``cfg`` was built from,
+    or None when it has none or the profile has no energy table."""
+    if cfg.profile not in PROFILES:
+        return None
+    data = load_profile_data(cfg.profile)
+    if "energy" not in data and "energy_from" not in data:
+        return None
+    return energy_params(cfg.profile), float(data.get("t_ck_ns", 1))
+
+
+def run_energy(profile: str, cfg: ChannelConfig, commands: list[Command], result,
+               **overrides) -> dict:
+    """:func:`trace_energy` of a ``ChannelModel`` run ``result`` on a
+    channel of ``profile`` (its ``[energy]`` table and tCK)."""
+    data = load_profile_data(profile)
+    return trace_energy(cfg, energy_params(profile, **overrides), float(data.get("t_ck_ns", 1)),
+                        commands, result.trace, result.cycles)

@@ -1,0 +1,150 @@
+"""Energy of a channel run from its issue trace (golden/energy.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from golden import energy
+from golden.channel import ChannelModel
+from golden.config import ConfigError, load_profile, small_config
+from golden.isa import REFRESH_ID, Opcode
+from golden.streams import CMD_ID_MOD, TraceEntry, act_ahead, mac, rd, rd_out, wr, wr_inp
+from tb.stimulus import dex_stream, random_stream
+
+AIM = energy.energy_params("gddr6-aim")
+
+
+def test_gddr6_aim_energy_from_its_source():
+    """The CENT simulator's powers times the commands' times (profile
+    sources): mW x ns = pJ."""
+    assert AIM.act_pj == pytest.approx(132.6 / 2 * 44.5)
+    assert AIM.rd_pj == pytest.approx(876.3 / 2 * 1.25)
+    assert AIM.wr_pj == pytest.approx(1106.3 / 2 * 1.25)
+    assert 16 * AIM.mac_pj == pytest.approx(3 * 876.3 / 2 * 1.0)
+    assert AIM.beat_pj == pytest.approx(5.5 * 256)
+    # the RTL tests' profile is the same device
+    assert energy.energy_params("gddr6-aim-assumed") == AIM
+
+
+def test_a_small_run_by_hand():
+    """WR-INP, two MACs on row 5 (an all-bank ACT), RD-OUT, then a read of
+    bank 0 row 1 (PRE and ACT of bank 0): every command's energy and the
+    background from the trace's cycles."""
+    cfg = small_config()
+    cmds = [wr_inp(0), mac(5, 0, 0, 0), mac(5, 1, 0, 0), rd_out(0), rd(0, 1, 0)]
+    r = ChannelModel(cfg).run(cmds, [7])
+    e = energy.run_energy(cfg.profile, cfg, cmds, r)
+    assert e["counts"] == {"acts": cfg.banks + 1, "pres": 1, "macs": 2 * cfg.banks,
+                           "beats": 3, "refreshes": 0}
+    first_act = next(t.cycle for t in r.trace if t.opcode == Opcode.ACT)
+    # from the first ACT on some row stays open (the read's PRE closes bank 0 only)
+    assert e["active_cycles"] == r.cycles - first_act
+    b = e["breakdown"]
+    assert b["mac"] == pytest.approx(2 * cfg.banks * AIM.mac_pj)
+    assert b["act_pre"] == pytest.approx((cfg.banks + 1) * AIM.act_pj + AIM.pre_pj)
+    assert b["io"] == pytest.approx(3 * AIM.beat_pj + AIM.gbuf_wr_pj + AIM.obuf_rd_pj)
+    assert b["other"] == pytest.approx(AIM.rd_pj)
+    assert b["refresh"] == 0
+    assert b["background"] == pytest.approx(
+        0.5 * (first_act * AIM.pre_standby_mw + (r.cycles - first_act) * AIM.act_standby_mw))
+    assert e["total_pj"] == pytest.approx(sum(b.values()))
+
+
+def test_refresh_and_its_precharge():
+    """On gddr6-aim (refresh every 3,333 cycles) a long run refreshes: each
+    REF costs ref_pj, and its all-bank PRE closes every open row (the
+    background drops to precharged standby until the next ACT)."""
+    cfg = load_profile("gddr6-aim", rows=64, cols=32, gbuf_entries=32, obuf_entries=4)
+    cmds = [wr_inp(0)] + [mac(r % 4, c, 0, 0) for r in range(4) for c in range(32)] * 24
+    r = ChannelModel(cfg).run(cmds, [1])
+    refs = sum(t.opcode == Opcode.REF for t in r.trace)
+    assert refs >= 2
+    e = energy.run_energy("gddr6-aim", cfg, cmds, r)
+    assert e["counts"]["refreshes"] == refs
+    assert e["breakdown"]["refresh"] == pytest.approx(refs * AIM.ref_pj)
+    # every ACT's rows are closed again by a PRE, but the last
+    opened, closed = e["counts"]["acts"], e["counts"]["pres"]
+    assert opened - closed in (0, cfg.banks)
+    # every PRE here closes every bank (all-bank MACs, the refreshes): the
+    # channel is precharged from each PRE to the next ACT
+    first_act = next(t.cycle for t in r.trace if t.opcode == Opcode.ACT)
+    assert any(t.cmd_id == REFRESH_ID and t.opcode == Opcode.PRE for t in r.trace)
+    closed_for = 0
+    shut = None
+    for t in r.trace:
+        if t.opcode == Opcode.PRE:
+            shut = t.cycle
+        elif t.opcode == Opcode.ACT and shut is not None:
+            closed_for += t.cycle - shut
+            shut = None
+    assert closed_for > 0
+    assert e["active_cycles"] == r.cycles - first_act - closed_for
+
+
+@pytest.mark.parametrize("policy", ["static", "pingpong", "dcs"])
+def test_replay_matches_every_controller_action(policy):
+    """Random streams (bad commands among them) under each policy: the
+    replay finds, for every ACT and PRE of the trace, that the command it
+    serves needs exactly that action (it raises otherwise), and the counts
+    add up."""
+    cfg = small_config().replace(policy=policy)
+    rng = np.random.default_rng(11)
+    cmds, wdata = random_stream(cfg, 3000, rng, bad=0.05, shape="dense")
+    r = ChannelModel(cfg).run(cmds, wdata)
+    e = energy.run_energy(cfg.profile, cfg, cmds, r)
+    n = {op: sum(t.opcode == op for t in r.trace) for op in Opcode}
+    assert e["counts"]["macs"] == cfg.banks * n[Opcode.MAC]
+    assert e["counts"]["beats"] == n[Opcode.RD] + n[Opcode.WR] + n[Opcode.WR_INP] + n[
+        Opcode.RD_OUT]
+    assert n[Opcode.ACT] <= e["counts"]["acts"] <= cfg.banks * n[Opcode.ACT]
+    assert 0 <= e["counts"]["acts"] - e["counts"]["pres"] <= cfg.banks
+    assert 0 < e["active_cycles"] <= r.cycles
+
+
+def test_dual_path_partitions_open_their_own_rows():
+    """On sliced dual-path banks an ACT opens one partition's row; the
+    replay follows the partitions (a read beside MACs in the other
+    partition needs no PRE)."""
+    cfg = small_config().replace(dual_path=True, slice_rows=small_config().rows // 2)
+    rng = np.random.default_rng(4)
+    cmds, wdata = dex_stream(cfg, 6, rng, split=cfg.slice_rows, bad=0.0)
+    r = ChannelModel(cfg).run(cmds, wdata)
+    e = energy.run_energy(cfg.profile, cfg, cmds, r)
+    assert 0 <= e["counts"]["acts"] - e["counts"]["pres"] <= 2 * cfg.banks
+    by_hand = [mac(40, 0, 0, 0), rd(0, 1, 0), act_ahead(1, 2), rd(1, 2, 0), wr(0, 1, 1)]
+    r = ChannelModel(cfg.replace(slice_rows=32)).run([wr_inp(0), *by_hand], [3, 9])
+    e = energy.run_energy(cfg.profile, cfg.replace(slice_rows=32), [wr_inp(0), *by_hand], r)
+    assert e["counts"]["acts"] == cfg.banks + 2 and e["counts"]["pres"] == 0
+
+
+def test_command_ids_wrap():
+    """IDs wrap at CMD_ID_MOD: an entry names the oldest unfinished command
+    with its ID; a refresh's own entries (ID 0, ending in REF) name none."""
+    n = CMD_ID_MOD + 3
+    cmds = [rd_out(0)] * n
+    trace = [TraceEntry(i % CMD_ID_MOD, Opcode.RD_OUT, i) for i in range(n - 1)]
+    trace += [TraceEntry(REFRESH_ID, Opcode.PRE, n), TraceEntry(REFRESH_ID, Opcode.REF, n + 1),
+              TraceEntry((n - 1) % CMD_ID_MOD, Opcode.RD_OUT, n + 2)]
+    owner = energy._command_of(trace, cmds, set())
+    assert owner[:3] == [0, 1, 2] and owner[CMD_ID_MOD] == CMD_ID_MOD
+    assert owner[-3:] == [None, None, n - 1]
+    # a dropped command is skipped
+    owner = energy._command_of(trace[1:2], cmds, {0})
+    assert owner == [1]
+
+
+def test_bad_energy_tables(tmp_path):
+    base = (tmp_path / "p.toml")
+    text = open(energy.__file__.replace("energy.py", "profiles/gddr6_aim.toml")).read()
+    base.write_text(text.replace("ref_pj = 40279\n", ""))
+    with pytest.raises(ConfigError, match="missing key energy.ref_pj"):
+        energy.energy_params(str(base))
+    base.write_text(text + "")
+    with pytest.raises(ConfigError, match="unknown key energy.foo"):
+        energy.energy_params(str(base), foo=1)
+    with pytest.raises(ConfigError, match="energy.act_pj must be a number"):
+        energy.energy_params(str(base), act_pj=-1)
+    with pytest.raises(ConfigError, match="has no \\[energy\\] table"):
+        energy.energy_params("hbm-jitq")
+    assert energy.params_for(load_profile("hbm-jitq")) is None
