@@ -317,8 +317,9 @@ def cmd_gemv(args) -> int:
     known = params_for(cfg)
     if known:  # the run's energy from its trace (docs/energy.md)
         e = trace_energy(cfg, *known, cmds, result.trace, result.cycles)
+        per_mac = e["breakdown"]["mac"] / max(1, result.mac_count)
         data["energy"] = {"total_nj": round(e["total_pj"] / 1e3, 3),
-                          "pj_per_mac_command": round(e["breakdown"]["mac"] / max(1, result.mac_count), 3),
+                          "pj_per_mac_command": round(per_mac, 3),
                           "breakdown_nj": {k: round(v / 1e3, 3) for k, v in e["breakdown"].items()},
                           "counts": e["counts"]}
     _emit(data, args.json)
