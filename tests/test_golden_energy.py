@@ -7,7 +7,7 @@ import pytest
 
 from golden import energy
 from golden.channel import ChannelModel
-from golden.config import ConfigError, load_profile, small_config
+from golden.config import PROFILES, ConfigError, load_profile, load_profile_data, small_config
 from golden.isa import REFRESH_ID, Opcode
 from golden.streams import CMD_ID_MOD, TraceEntry, act_ahead, mac, rd, rd_out, wr, wr_inp
 from tb.stimulus import dex_stream, random_stream
@@ -25,6 +25,22 @@ def test_gddr6_aim_energy_from_its_source():
     assert AIM.beat_pj == pytest.approx(5.5 * 256)
     # the RTL tests' profile is the same device
     assert energy.energy_params("gddr6-aim-assumed") == AIM
+
+
+@pytest.mark.parametrize("name", sorted(PROFILES))
+def test_every_energy_table_cites_its_source(name):
+    """A profile with energy says where its values come from, and marks
+    the one with no published figure (refresh) as an assumption."""
+    data = load_profile_data(name)
+    if "energy" not in data and "energy_from" not in data:
+        assert energy.params_for(load_profile(name)) is None
+        return
+    assert "energy" in data["sources"]
+    if "energy" in data:
+        src = data["sources"]["energy"]
+        for key in ("act_pj", "rd_pj", "mac_pj", "obuf_rd_pj", "gbuf_wr_pj"):
+            assert key in src
+        assert "assumption" in data["sources"]["energy_ref_pj"]
 
 
 def test_a_small_run_by_hand():
