@@ -31,6 +31,7 @@ array side of normal reads and writes).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 from golden.banks import BankTimer
@@ -191,21 +192,29 @@ def trace_energy(cfg: ChannelConfig, params: EnergyParams, t_ck_ns: float,
             "active_cycles": active, "cycles": cycles}
 
 
+def _t_ck_ns(profile: str) -> float:
+    return float(load_profile_data(profile).get("t_ck_ns", 1))
+
+
 def params_for(cfg: ChannelConfig) -> tuple[EnergyParams, float] | None:
     """``(params, t_ck_ns)`` of the known profile ``cfg`` was built from,
     or None when it has none or the profile has no energy table."""
-    if cfg.profile not in PROFILES:
-        return None
-    data = load_profile_data(cfg.profile)
+    return _known_profile_energy(cfg.profile) if cfg.profile in PROFILES else None
+
+
+@functools.cache
+def _known_profile_energy(profile: str) -> tuple[EnergyParams, float] | None:
+    """:func:`params_for` of a shipped profile, read once (the scoreboard
+    asks for every run)."""
+    data = load_profile_data(profile)
     if "energy" not in data and "energy_from" not in data:
         return None
-    return energy_params(cfg.profile), float(data.get("t_ck_ns", 1))
+    return energy_params(profile), _t_ck_ns(profile)
 
 
 def run_energy(profile: str, cfg: ChannelConfig, commands: list[Command], result,
                **overrides) -> dict:
     """:func:`trace_energy` of a ``ChannelModel`` run ``result`` on a
     channel of ``profile`` (its ``[energy]`` table and tCK)."""
-    data = load_profile_data(profile)
-    return trace_energy(cfg, energy_params(profile, **overrides), float(data.get("t_ck_ns", 1)),
+    return trace_energy(cfg, energy_params(profile, **overrides), _t_ck_ns(profile),
                         commands, result.trace, result.cycles)

@@ -60,6 +60,7 @@ taken (:func:`dbo`).
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections import Counter
@@ -103,8 +104,10 @@ def check_tp(model: LibraModel, tp: int) -> None:
         raise ConfigError(f"tp={tp} must divide the {model.kv_heads} KV heads of {model.name}")
 
 
+@functools.cache
 def pim_config():
-    """The PIM channel every device uses (the calibrations are keyed by it)."""
+    """The PIM channel every device uses (the calibrations are keyed by it;
+    built once: a ChannelConfig is immutable)."""
     return channel_config(LIBRA_PIM.profile, "static", Assumptions())
 
 
@@ -695,9 +698,10 @@ def _point(p: dict) -> dict:
     lengths = input_lengths(p["input"], p["batch"], p["seed"], p["spread"])
     cap = capacity(model, p["tp"], lengths + p["steps"])
     data = cap["weights_gb"] * 1e9, cap["kv_gb"] * 1e9
-    split = dex_split(p["dex_split"], pim_config().rows, *data)
+    cfg = pim_config()
+    split = dex_split(p["dex_split"], cfg.rows, *data)
     spill = spills(split, *data)
-    device = Device(model, p["tp"], KernelTimer(pim_config(), p["mode"], p["table"]), p["t_ck"],
+    device = Device(model, p["tp"], KernelTimer(cfg, p["mode"], p["table"]), p["t_ck"],
                     p["broadcast_mac_ccd"], p["dex_overhead"], npu.flops, **spill)
     out = {"model": model.name, "batch": p["batch"], "input": p["input"],
            "npu_array": p["npu_array"], "npu_tflops": npu.flops / 1e12, "capacity": cap,
