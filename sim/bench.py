@@ -31,6 +31,26 @@ def bench_golden(repeat: int = 3) -> dict:
             "cycles_per_s": round(result.cycles / best), "commands_per_s": round(len(cmds) / best)}
 
 
+def bench_energy(repeat: int = 3) -> dict:
+    """The energy replay (golden.energy) of the golden row's GEMV, beside
+    the run it charges: trace entries a second and its share of the run."""
+    from golden.energy import run_energy
+
+    cfg = small_config()
+    _, _, cmds, beats = gemv_problem(*GEMV_SHAPE, seed=1, config=cfg)
+    start = time.perf_counter()
+    result = ChannelModel(cfg).run(cmds, beats)
+    run_s = time.perf_counter() - start
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        e = run_energy(cfg.profile, cfg, cmds, result)
+        best = min(best, time.perf_counter() - start)
+    return {"trace_entries": len(result.trace), "total_nj": round(e["total_pj"] / 1e3, 3),
+            "wall_s": round(best, 4), "entries_per_s": round(len(result.trace) / best),
+            "over_run": round(best / run_s, 3)}
+
+
 def bench_golden_policies() -> dict:
     """Golden-model speed per controller policy on one attention kernel."""
     from golden.config import POLICIES, load_profile
@@ -577,6 +597,7 @@ def bench(sims: list[str], study_dir: Path = Path("build")) -> dict:
         "config": small_config().describe(),
         "host": {"python": platform.python_version(), "machine": platform.machine()},
         "golden": bench_golden(),
+        "energy": bench_energy(),
         "golden_policies": bench_golden_policies(),
         "device_timing": bench_device_timing(),
         "dcs_utilization_study": bench_study(study_dir),
