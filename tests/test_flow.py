@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -97,7 +98,7 @@ def test_cli_help_works():
     assert out.returncode == 0 and "sim" in out.stdout and "gemv" in out.stdout
 
 
-def test_cli_gemv_json(capsys):
+def test_cli_gemv_json(capsys, tmp_path):
     assert main(["gemv", "--n-out", "32", "--n-in", "64", "--json", "-"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["macs"] == 32 // 16 * 64 // 16 and data["cycles"] > data["macs"]
@@ -106,6 +107,14 @@ def test_cli_gemv_json(capsys):
     assert e["counts"]["macs"] == 16 * data["macs"]
     assert e["total_nj"] == pytest.approx(sum(e["breakdown_nj"].values()), abs=0.01)
     assert main(["gemv", "--n-out", "32", "--n-in", "64", "--profile", "hbm-jitq",
+                 "--json", "-"]) == 0
+    hbm = json.loads(capsys.readouterr().out)["energy"]  # hbm2-pim's table (energy_from)
+    assert hbm["pj_per_mac_command"] == pytest.approx(16 * 117.76)
+    text = (Path(__file__).parents[1] / "golden/profiles/hbm_jitq.toml").read_text()
+    bare = tmp_path / "bare.toml"
+    text = text.replace('energy_from = "hbm2-pim"', "").replace('"hbm-jitq"', '"bare-hbm"')
+    bare.write_text(text)
+    assert main(["gemv", "--n-out", "32", "--n-in", "64", "--profile", str(bare),
                  "--json", "-"]) == 0
     assert "energy" not in json.loads(capsys.readouterr().out)  # no table: no figure
 

@@ -27,20 +27,41 @@ def test_gddr6_aim_energy_from_its_source():
     assert energy.energy_params("gddr6-aim-assumed") == AIM
 
 
+def test_hbm2_pim_energy_from_its_sources():
+    """DRAMsim3's HBM2 currents through its per-command formulas, halved
+    for the pseudo-channel (an assumption), and FGDRAM's per-bit data
+    movement (through the AttAcc simulator) for every 32 B word."""
+    e = energy.energy_params("hbm2-pim")
+    vdd, idd0, idd2n, idd3n, idd5 = 1.2, 65, 40, 55, 250
+    assert e.act_pj == pytest.approx(vdd * (idd0 * 48 - (idd3n * 34 + idd2n * 14)) / 2)
+    assert e.ref_pj == pytest.approx(vdd * (idd5 - idd3n) * 260 / 2)
+    assert (e.act_standby_mw, e.pre_standby_mw) == pytest.approx((vdd * idd3n / 2, vdd * idd2n / 2))
+    assert e.rd_pj == e.wr_pj == pytest.approx(256 * (0.44 + 1.01 + 1.23 + 0.5))
+    assert e.mac_pj == pytest.approx(256 * 0.44 + 16 * 0.32)
+    assert e.gbuf_wr_pj == e.obuf_rd_pj == pytest.approx(256 * (0.5 + 1.23 + 1.01) + 32 * 0.0034)
+    assert e.beat_pj == pytest.approx(0.3 * 256)
+    # the HBM3 profiles take this table, as an assumption their sources say
+    for name in ("hbm3-pim", "hbm-jitq"):
+        assert energy.energy_params(name) == e
+        assert "assumption" in load_profile_data(name)["sources"]["energy"]
+
+
 @pytest.mark.parametrize("name", sorted(PROFILES))
 def test_every_energy_table_cites_its_source(name):
-    """A profile with energy says where its values come from, and marks
-    the one with no published figure (refresh) as an assumption."""
+    """Every profile has energy, says where each value comes from, and
+    marks what no source gives as an assumption."""
     data = load_profile_data(name)
-    if "energy" not in data and "energy_from" not in data:
-        assert energy.params_for(load_profile(name)) is None
-        return
-    assert "energy" in data["sources"]
+    assert energy.params_for(load_profile(name)) is not None
+    src = data["sources"]
+    assert "energy" in src
     if "energy" in data:
-        src = data["sources"]["energy"]
-        for key in ("act_pj", "rd_pj", "mac_pj", "obuf_rd_pj", "gbuf_wr_pj"):
-            assert key in src
-        assert "assumption" in data["sources"]["energy_ref_pj"]
+        for key in ("act_pj", "rd_pj", "mac_pj", "obuf_rd_pj", "gbuf_wr_pj", "ref_pj",
+                    "act_standby_mw", "pre_standby_mw"):
+            assert any(key in k + v for k, v in src.items() if k.startswith("energy")), key
+        assumptions = [v for k, v in src.items() if k.startswith("energy_")]
+        assert assumptions and all("assumption" in v for v in assumptions)
+    else:
+        assert data["energy_from"] in PROFILES
 
 
 def test_a_small_run_by_hand():
@@ -161,6 +182,7 @@ def test_bad_energy_tables(tmp_path):
         energy.energy_params(str(base), foo=1)
     with pytest.raises(ConfigError, match="energy.act_pj must be a number"):
         energy.energy_params(str(base), act_pj=-1)
+    bare = tmp_path / "bare.toml"
+    bare.write_text(text[:text.index("[energy]")])
     with pytest.raises(ConfigError, match="has no \\[energy\\] table"):
-        energy.energy_params("hbm-jitq")
-    assert energy.params_for(load_profile("hbm-jitq")) is None
+        energy.energy_params(str(bare))
