@@ -121,38 +121,41 @@ def _command_of(trace: list[TraceEntry], commands: list[Command], drops: set[int
     return out
 
 
-def trace_energy(cfg: ChannelConfig, params: EnergyParams, t_ck_ns: float,
-                 commands: list[Command], trace: list[TraceEntry], cycles: int) -> dict:
-    """Energy (pJ) of a run of ``commands`` on ``cfg`` whose issue trace is
-    ``trace`` and which lasted ``cycles``: ``total_pj``, ``breakdown``
-    (pJ per ``CATEGORIES``), ``counts`` (bank activations, precharges,
-    bank MACs, beats, refreshes) and ``active_cycles`` (some row open)."""
+#: What a run's energy is priced from (:func:`trace_counts`): bank
+#: activations and precharges, bank MACs, the column commands on the data
+#: bus, refreshes, and the cycles with some row open.
+COUNTS = ("acts", "pres", "macs", "rds", "wrs", "wr_inps", "rd_outs", "refreshes", "active")
+
+
+def trace_counts(cfg: ChannelConfig, commands: list[Command], trace: list[TraceEntry],
+                 cycles: int) -> dict[str, int]:
+    """The :data:`COUNTS` of a run of ``commands`` on ``cfg`` whose issue
+    trace is ``trace`` and which lasted ``cycles``: the trace replayed,
+    ACT and PRE banks from the controller's own rule."""
     from golden.channel import ChannelModel
 
     checker = ChannelModel(cfg)
     drops = {i for i, c in enumerate(commands) if checker.check(c)[0].value}
     owner = _command_of(trace, commands, drops)
     banks = BankTimer(cfg.banks, cfg.timing, cfg.slice_rows, bank_groups=cfg.bank_groups)
-    e = dict.fromkeys(CATEGORIES, 0.0)
-    counts = dict.fromkeys(("acts", "pres", "macs", "beats", "refreshes"), 0)
-    active = 0
-    last = 0  # background charged up to here
+    n = dict.fromkeys(COUNTS, 0)
+    column = {Opcode.RD: "rds", Opcode.WR: "wrs", Opcode.WR_INP: "wr_inps",
+              Opcode.RD_OUT: "rd_outs"}
+    last = 0  # row-open time counted up to here
     for entry, i in zip(trace, owner, strict=True):
         c = entry.cycle
         if any(r is not None for r in banks.open_row):
-            active += c - last
+            n["active"] += c - last
         last = c
         op = entry.opcode
         if i is None:  # a refresh's MODE, PRE (every open unit) or REF
             if op == Opcode.PRE:
                 units = [u for u, r in enumerate(banks.open_row) if r is not None]
-                counts["pres"] += len(units)
-                e["act_pre"] += params.pre_pj * len(units)
+                n["pres"] += len(units)
                 for u in units:
                     banks.open_row[u] = None
             elif op == Opcode.REF:
-                counts["refreshes"] += 1
-                e["refresh"] += params.ref_pj
+                n["refreshes"] += 1
             continue
         cmd = commands[i]
         if op in (Opcode.PRE, Opcode.ACT):
@@ -161,35 +164,50 @@ def trace_energy(cfg: ChannelConfig, params: EnergyParams, t_ck_ns: float,
             if action is None or action[0] != op:
                 raise ValueError(f"trace entry {entry}: command {cmd} needs "
                                  f"{action[0].name if action else 'no'} {op.name}")
-            units = action[1]
-            key = "acts" if op == Opcode.ACT else "pres"
-            counts[key] += len(units)
-            e["act_pre"] += (params.act_pj if op == Opcode.ACT else params.pre_pj) * len(units)
-            for u in units:
+            n["acts" if op == Opcode.ACT else "pres"] += len(action[1])
+            for u in action[1]:
                 banks.open_row[u] = cmd.row if op == Opcode.ACT else None
         elif op == Opcode.MAC:
-            counts["macs"] += cfg.banks
-            e["mac"] += params.mac_pj * cfg.banks
-        elif op in (Opcode.RD, Opcode.WR, Opcode.WR_INP, Opcode.RD_OUT):
-            counts["beats"] += 1
-            e["io"] += params.beat_pj
-            if op == Opcode.RD:
-                e["other"] += params.rd_pj
-            elif op == Opcode.WR:
-                e["other"] += params.wr_pj
-            elif op == Opcode.WR_INP:
-                e["io"] += params.gbuf_wr_pj
-            else:
-                e["io"] += params.obuf_rd_pj
+            n["macs"] += cfg.banks
+        elif op in column:
+            n[column[op]] += 1
     if cycles < last:
         raise ValueError(f"the run lasted {cycles} cycles, before its last entry ({last})")
     if any(r is not None for r in banks.open_row):
-        active += cycles - last
-    # mW x ns = pJ
-    e["background"] = (active * params.act_standby_mw
-                       + (cycles - active) * params.pre_standby_mw) * t_ck_ns
-    return {"total_pj": sum(e.values()), "breakdown": e, "counts": counts,
-            "active_cycles": active, "cycles": cycles}
+        n["active"] += cycles - last
+    return n
+
+
+def priced(params: EnergyParams, t_ck_ns: float, counts, cycles):
+    """Energy (pJ) of a run with ``counts`` (:data:`COUNTS`, numbers or
+    arrays) over ``cycles``: ``total_pj`` and ``breakdown`` (pJ per
+    :data:`CATEGORIES`). The one pricing of a trace's commands, used by
+    :func:`trace_energy` and by the system model's fast mode."""
+    beats = counts["rds"] + counts["wrs"] + counts["wr_inps"] + counts["rd_outs"]
+    e = {
+        "mac": counts["macs"] * params.mac_pj,
+        "io": beats * params.beat_pj + counts["wr_inps"] * params.gbuf_wr_pj
+        + counts["rd_outs"] * params.obuf_rd_pj,
+        "act_pre": counts["acts"] * params.act_pj + counts["pres"] * params.pre_pj,
+        "refresh": counts["refreshes"] * params.ref_pj,
+        # mW x ns = pJ
+        "background": (counts["active"] * params.act_standby_mw
+                       + (cycles - counts["active"]) * params.pre_standby_mw) * t_ck_ns,
+        "other": counts["rds"] * params.rd_pj + counts["wrs"] * params.wr_pj,
+    }
+    return {"total_pj": sum(e.values()), "breakdown": e}
+
+
+def trace_energy(cfg: ChannelConfig, params: EnergyParams, t_ck_ns: float,
+                 commands: list[Command], trace: list[TraceEntry], cycles: int) -> dict:
+    """Energy (pJ) of a run of ``commands`` on ``cfg`` whose issue trace is
+    ``trace`` and which lasted ``cycles``: ``total_pj``, ``breakdown``
+    (pJ per ``CATEGORIES``), ``counts`` (:data:`COUNTS`; ``beats``, the
+    data-bus beats) and ``active_cycles`` (some row open)."""
+    counts = trace_counts(cfg, commands, trace, cycles)
+    out = priced(params, t_ck_ns, counts, cycles)
+    counts["beats"] = sum(counts[k] for k in ("rds", "wrs", "wr_inps", "rd_outs"))
+    return {**out, "counts": counts, "active_cycles": counts["active"], "cycles": cycles}
 
 
 def _t_ck_ns(profile: str) -> float:

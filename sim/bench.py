@@ -543,6 +543,19 @@ def bench_system() -> dict:
                      "commands_per_s": round(exact_cmds / exact_s)},
            "fast": {"kernels": len(units), "commands": fast_cmds, "wall_s": round(fast_s, 4),
                     "commands_per_s": round(fast_cmds / fast_s)}}
+    # energy from the same counts (docs/energy.md): the fast mode's against
+    # the exact mode's at the exact run's size, and its wall time on the kernels
+    from golden.energy import params_for
+
+    priced = params_for(cfg)
+    exact_e = KernelTimer(cfg, "exact").energy(shape, [exact_units], *priced)["total_pj"][0]
+    fast_e = timer.energy(shape, [exact_units], *priced)["total_pj"][0]
+    start = time.perf_counter()
+    timer.energy(shape, units, *priced)
+    energy_s = time.perf_counter() - start
+    out["energy"] = {"units": exact_units, "exact_nj": round(exact_e / 1e3, 1),
+                     "fast_over_exact": round(fast_e / exact_e, 5),
+                     "fast_kernels_per_s": round(len(units) / energy_s)}
     # NeuPIMs' weight reads merged beside the same kernel (golden/system/overlap.py)
     from golden.system import overlap
 

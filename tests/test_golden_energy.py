@@ -72,9 +72,10 @@ def test_a_small_run_by_hand():
     cmds = [wr_inp(0), mac(5, 0, 0, 0), mac(5, 1, 0, 0), rd_out(0), rd(0, 1, 0)]
     r = ChannelModel(cfg).run(cmds, [7])
     e = energy.run_energy(cfg.profile, cfg, cmds, r)
-    assert e["counts"] == {"acts": cfg.banks + 1, "pres": 1, "macs": 2 * cfg.banks,
-                           "beats": 3, "refreshes": 0}
     first_act = next(t.cycle for t in r.trace if t.opcode == Opcode.ACT)
+    assert e["counts"] == {"acts": cfg.banks + 1, "pres": 1, "macs": 2 * cfg.banks,
+                           "rds": 1, "wrs": 0, "wr_inps": 1, "rd_outs": 1, "beats": 3,
+                           "refreshes": 0, "active": r.cycles - first_act}
     # from the first ACT on some row stays open (the read's PRE closes bank 0 only)
     assert e["active_cycles"] == r.cycles - first_act
     b = e["breakdown"]

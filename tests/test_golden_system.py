@@ -10,6 +10,7 @@ import re
 import numpy as np
 import pytest
 
+from golden import energy
 from golden.channel import ChannelModel
 from golden.config import ConfigError, load_profile
 from golden.system import pimphony, scenario, sweep
@@ -32,6 +33,7 @@ from golden.system.model import (
 from golden.system.reference import DATASETS, GB, MODELS, SYSTEMS, Model, System
 
 ASM = Assumptions()
+AIM = energy.params_for(channel_config("gddr6-aim", "static", ASM))
 
 
 def study_shapes() -> list[tuple[str, Shape]]:
@@ -58,6 +60,34 @@ def test_fast_matches_exact_on_every_study_shape(policy, shape, monkeypatch):
         for lab in LABELS:
             diff = abs(int(f[lab][0]) - int(e[lab][0]))
             assert diff <= 0.02 * max(int(e["cycles"][0]), 1), (lab, units, f[lab], e[lab])
+        # energy from the counts (docs/energy.md): the total and every
+        # category within 2 % of the exact total
+        fe, ee = fast.energy(shape, [units], *AIM), exact.energy(shape, [units], *AIM)
+        total = ee["total_pj"][0]
+        assert abs(fe["total_pj"][0] - total) <= 0.02 * total, (units, fe, ee)
+        for cat in energy.CATEGORIES:
+            assert abs(fe["breakdown"][cat][0] - ee["breakdown"][cat][0]) <= 0.02 * total, cat
+
+
+def test_kernel_energy_is_the_traces_energy(monkeypatch):
+    """Without refresh, a kernel's exact-mode energy is the energy of its
+    cycle-exact trace (golden.energy.trace_energy), and fast mode equals it
+    within the calibration."""
+    monkeypatch.setenv("PIMORCH_KERNEL_CACHE", "off")
+    cfg = channel_config("gddr6-aim", "dcs", ASM).replace(t_refi=0, t_rfc=0)
+    shape = Shape("sv", 128, 4)
+    kernel = shape.build(cfg, 3)
+    r = ChannelModel(cfg).run(kernel.commands, kernel.wdata)
+    want = energy.trace_energy(cfg, *AIM, kernel.commands, r.trace, r.cycles)
+    for mode in ("exact", "fast"):
+        got = KernelTimer(cfg, mode).energy(shape, [3], *AIM)
+        assert got["total_pj"][0] == pytest.approx(want["total_pj"])
+        for cat in energy.CATEGORIES:
+            assert got["breakdown"][cat][0] == pytest.approx(want["breakdown"][cat])
+    # a different table prices the same counts differently
+    doubled = dataclasses.replace(AIM[0], mac_pj=2 * AIM[0].mac_pj)
+    got = KernelTimer(cfg, "exact").energy(shape, [3], doubled, AIM[1])
+    assert got["breakdown"]["mac"][0] == pytest.approx(2 * want["breakdown"]["mac"])
 
 
 def test_fast_mode_is_exact_up_to_the_calibration_and_zero_at_zero(monkeypatch):

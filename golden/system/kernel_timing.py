@@ -38,6 +38,13 @@ window), ``act_pre`` (inside an ACT's tRCD or a PRE's tRP window), ``io``
 (everything else: WR-INP / RD-OUT bursts and waits). The labels sum to
 the cycles.
 
+Energy (docs/energy.md) comes the same way: every run also counts what
+its energy is priced from (:data:`golden.energy.COUNTS`: bank
+activations, precharges and MACs, column commands, refreshes, cycles
+with a row open), the fast mode extrapolates the counts like the labels,
+and :meth:`KernelTimer.energy` prices them with the profile's table
+(:func:`golden.energy.priced`, the pricing of a cycle-exact trace).
+
 Calibrations are cached in memory and, keyed by the channel model's source
 and the configuration, on disk (``PIMORCH_KERNEL_CACHE``, default
 ``build/kernel-cache.json``; ``PIMORCH_KERNEL_CACHE=off`` disables it).
@@ -53,6 +60,7 @@ from pathlib import Path
 
 import numpy as np
 
+from golden import energy as energy_model
 from golden.channel import ChannelModel
 from golden.config import ChannelConfig
 from golden.isa import LANES, Opcode
@@ -61,6 +69,8 @@ from golden.system import overlap
 
 KINDS = ("qkt", "sv", "fc")
 LABELS = ("cycles", "mac", "refresh", "mode", "act_pre", "io")
+#: Everything a timing carries: the cycle labels and the energy counts.
+ALL = LABELS + energy_model.COUNTS
 #: Refresh intervals the per-refresh calibration run spans, about.
 REFRESH_RUN = 8
 #: Units run cycle-exactly per shape in fast mode; beyond, linear.
@@ -129,14 +139,15 @@ def labels(cfg: ChannelConfig, kernel: Kernel) -> dict[str, int]:
         out[lab] = int(mine.sum())
         taken |= mine
     out["io"] = r.cycles - int(taken.sum())
-    out["refreshes"] = refreshes
-    return out
+    counts = energy_model.trace_counts(cfg, kernel.commands, r.trace, r.cycles)
+    assert counts["refreshes"] == refreshes
+    return {**out, **counts}
 
 
 def _source_digest() -> str:
     h = hashlib.sha1()
     golden = Path(__file__).resolve().parent.parent
-    for name in ("channel.py", "streams.py", "banks.py", "dcs.py", "kernels.py",
+    for name in ("channel.py", "energy.py", "streams.py", "banks.py", "dcs.py", "kernels.py",
                  "system/kernel_timing.py", "system/overlap.py", "config.py", "timing.py"):
         h.update((golden / name).read_bytes())
     return h.hexdigest()[:12]
@@ -197,7 +208,7 @@ class KernelTimer:
             with_ref = labels(self.cfg, shape.build(self.cfg, run))
             without = labels(plain, shape.build(plain, run))
             count = max(1, with_ref["refreshes"])
-            cal["per_refresh"] = {lab: (with_ref[lab] - without[lab]) / count for lab in LABELS}
+            cal["per_refresh"] = {lab: (with_ref[lab] - without[lab]) / count for lab in ALL}
         return cal
 
     def _refreshed(self, shape: Shape, out: dict) -> dict:
@@ -207,7 +218,7 @@ class KernelTimer:
         if per is None:
             return out
         count = out["cycles"] / max(1.0, self.cfg.timing.t_refi - per["cycles"])
-        out = {lab: out[lab] + count * per[lab] for lab in LABELS}
+        out = {lab: out[lab] + count * per[lab] for lab in ALL}
         out["io"] = out["cycles"] - sum(out[lab] for lab in LABELS[1:-1])
         return out
 
@@ -256,7 +267,7 @@ class KernelTimer:
         key = (shape.key(), int(units))
         if key not in self._exact:
             lab = labels(self.plain, shape.build(self.plain, int(units)))
-            self._exact[key] = self._refreshed(shape, {x: lab[x] for x in LABELS})
+            self._exact[key] = self._refreshed(shape, {x: lab[x] for x in ALL})
         return self._exact[key]
 
     def fast(self, shape: Shape, units) -> dict[str, np.ndarray]:
@@ -270,7 +281,7 @@ class KernelTimer:
         at = np.minimum(u - k * period, n)
         out = {lab: np.array([0] + [c[lab] for c in steps], dtype=np.int64)[at]
                     + k * (steps[n - 1][lab] - (steps[n - 1 - period][lab] if n > period else 0))
-               for lab in LABELS}
+               for lab in ALL}
         return self._refreshed(shape, out)
 
     @staticmethod
@@ -289,13 +300,21 @@ class KernelTimer:
         if self.mode == "fast":
             return self.fast(shape, units)
         u = np.asarray(units, dtype=np.int64)
-        out = {lab: np.zeros(u.shape, dtype=np.float64) for lab in LABELS}
+        out = {lab: np.zeros(u.shape, dtype=np.float64) for lab in ALL}
         for value in np.unique(u):
             if value > 0:
                 lab = self.exact(shape, int(value))
-                for name in LABELS:
+                for name in ALL:
                     out[name][u == value] = lab[name]
         return out
+
+    def energy(self, shape: Shape, units, params: energy_model.EnergyParams,
+               t_ck_ns: float) -> dict:
+        """Energy (pJ) of ``units`` (array) of ``shape``: ``total_pj`` and
+        ``breakdown`` (arrays per :data:`golden.energy.CATEGORIES`), the
+        counts of this mode priced with ``params``."""
+        got = self(shape, units)
+        return energy_model.priced(params, t_ck_ns, got, got["cycles"])
 
 
 def _cache_path() -> Path | None:
