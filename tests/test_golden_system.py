@@ -195,7 +195,11 @@ class LinearTimer:
     def __call__(self, shape, units):
         u = np.asarray(units, dtype=np.int64)
         return {"cycles": 10 * u, "mac": 4 * u, "act_pre": 2 * u, "io": 4 * u, "mode": 0 * u,
-                "refresh": 0 * u}
+                "refresh": 0 * u, **{c: n * u for c, n in self.COUNTS.items()}}
+
+    #: energy counts per unit (golden.energy.COUNTS)
+    COUNTS = {"acts": 16, "pres": 16, "macs": 64, "rds": 0, "wrs": 0, "wr_inps": 2,
+              "rd_outs": 1, "refreshes": 1, "active": 8}
 
 
 TINY = Model("tiny", layers=3, heads=2, d_head=128, d_model=256, d_ff=512, group=1,
@@ -258,6 +262,50 @@ def test_module_channels_match_table_iv_on_gddr6_aim():
     # a slower profile gets more sub-channels for the same Table IV bandwidth
     slow = module_channels(SYSTEMS["PIM-only"], load_profile("hbm2-pim"), 1.0)
     assert slow.sub_channels == 4 and slow.internal_tbs == pytest.approx(16.384)
+
+
+def test_decode_step_energy_by_hand():
+    """A step's energy (docs/energy.md): the kernels' counts and the xPU's
+    weight reads priced with the profile's table, the background over
+    every channel for the whole step, refresh on the channel clock, the
+    xPU's MACs, the vector elements and the link bytes at the scenario's
+    figures."""
+    cfg = load_profile()  # gddr6-aim
+    params, tck = energy.params_for(cfg)
+    asm = Assumptions(epu_lanes=1 << 30, xpu_bandwidth_tbs=1e9, link_gbs=1e12,
+                      xpu_subbatches=1, vector_pj_per_element=2.0)
+    lengths = np.array([256, 128, 640])
+    timer = LinearTimer(cfg, period=3.0)
+    r = decode_step(TINY, XPU, lengths, 1, 1, "hfp", timer, tck, asm)
+    units = 32  # every pair's qkt + sv units (test_decode_step_hfp_by_hand)
+    mats = [(256, 768), (256, 256), (256, 512), (256, 512), (512, 256)]
+    words = 4 * -(-sum(2 * i * o for i, o in mats) // (4 * 32))  # weight reads, 4 channels
+    n = {c: 3 * units * k for c, k in LinearTimer.COUNTS.items()}  # x 3 layers
+    n["rds"] += 3 * words
+    n["acts"] += 3 * words / cfg.cols
+    n["pres"] += 3 * words / cfg.cols
+    n["active"] += 3 * words * 3.0
+    span = 4 * r["step_s"] / (tck * 1e-9)
+    n["refreshes"] = span / cfg.timing.t_refi  # the channel clock's, not the kernels'
+    want = energy.priced(params, tck, n, span)["breakdown"]
+    got = r["breakdown_j"]
+    for cat in energy.CATEGORIES:
+        assert got[f"pim_{cat}"] == pytest.approx(want[cat] * 1e-12), cat
+    assert got["pim_mac"] == pytest.approx(3 * units * 64 * params.mac_pj * 1e-12)
+    assert got["xpu"] == pytest.approx(3 * 3 * sum(i * o for i, o in mats) * 0.32e-12)
+    elements = 2 * int(lengths.sum())  # softmax: group x T per pair, 2 KV heads
+    assert got["vector"] == pytest.approx(3 * elements * 2.0e-12)
+    assert got["link"] == 0  # one module
+    assert r["energy_j"] == pytest.approx(sum(got.values()))
+    assert r["energy_per_token_j"] == pytest.approx(r["energy_j"] / 3)
+    # refresh on the channel clock, and the link under TP
+    refreshing = cfg.replace(t_refi=1000, t_rfc=100)
+    two = decode_step(TINY, XPU, lengths, 2, 1, "tcp", LinearTimer(refreshing, period=3.0),
+                      tck, asm)
+    assert two["breakdown_j"]["pim_refresh"] == pytest.approx(
+        2 * 4 * two["step_s"] / (tck * 1e-9) / 1000 * params.ref_pj * 1e-12)
+    link = 3 * 2 * 2 * 3 * 256 * 2 * (2 - 1) / 2  # layers x modules x all-gathers x bytes
+    assert two["breakdown_j"]["link"] == pytest.approx(link * asm.link_pj_per_byte * 1e-12)
 
 
 def test_sub_channels_split_a_pair_under_hfp_and_add_channels_under_tcp():

@@ -57,6 +57,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from golden import energy
 from golden.config import (
     ChannelConfig,
     ConfigError,
@@ -64,6 +65,7 @@ from golden.config import (
     load_profile,
     load_profile_data,
 )
+from golden.energy import COUNTS
 from golden.isa import LANES
 from golden.system import overlap, sweep
 from golden.system.kernel_timing import MODES, KernelTimer, Shape
@@ -137,6 +139,15 @@ class Assumptions:
     #: through each module's link port and back), ``cheaper`` (whichever
     #: of the two costs less for that request) or ``free`` (not charged).
     preemption: str = "cheaper"
+    #: Energy beside the PIM channels' (docs/energy.md, "System energy"):
+    #: the xPU's matrix units per MAC (the AttAcc simulator's GPU ALU
+    #: figure, 0.32 pJ for an FP16 MAC), the module link per byte (the
+    #: AttAcc simulator's NVLink figure, 1.3 pJ/bit) and the HUB/EPU's or
+    #: near-memory processors' vector work per element (project
+    #: assumption: one ALU operation at the same 0.32 pJ).
+    xpu_pj_per_mac: float = 0.32
+    link_pj_per_byte: float = 10.4
+    vector_pj_per_element: float = 0.32
 
 
 def channel_config(profile: str, policy: str, asm: Assumptions) -> ChannelConfig:
@@ -440,6 +451,7 @@ def _attention(model: Model, lens: np.ndarray, requests: np.ndarray, kvh: int, p
                   if slots else None)
         mac = ch * int(q["mac"].sum() + s["mac"].sum())
         busy = ch * int(q["cycles"].sum() + s["cycles"].sum())
+        counts = {c: ch * float(q[c].sum() + s[c].sum()) for c in COUNTS}
     else:
         tok = -(-pairs // sub)  # a pair's tokens over its channel's sub-channels
         uq, us = qk.units(cfg, tok), svs.units(cfg, tok)
@@ -459,8 +471,10 @@ def _attention(model: Model, lens: np.ndarray, requests: np.ndarray, kvh: int, p
         kslots = (np.bincount(where, timer.slots(qk, uq) + timer.slots(svs, us),
                               minlength=ch_iv) if slots else None)
         mac, busy = sub * int(per["mac"].sum()), sub * int(per["cycles"].sum())
+        counts = {c: sub * float(q[c].sum() + s[c].sum()) for c in COUNTS}
     return {"labels": labels, "phase": phase, "load": load, "slots": kslots, "mac": mac,
-            "busy": busy, "vector": float(epu.sum()) / rate}
+            "busy": busy, "vector": float(epu.sum()) / rate, "counts": counts,
+            "elements": float(epu.sum())}
 
 
 def _fc_task(model: Model, system: System, b: int, tp: int, ch: int, asm: Assumptions,
@@ -475,7 +489,7 @@ def _fc_task(model: Model, system: System, b: int, tp: int, ch: int, asm: Assump
     weights = sum(2 * d_in * d_out // tp for d_in, d_out in chosen)
     return {"flops_s": flops / (system.tflops * 1e12),
             "bytes_s": weights / (asm.xpu_bandwidth_tbs * 1e12),
-            "reads": overlap.reads_for(weights, ch) if weights else 0}
+            "reads": overlap.reads_for(weights, ch) if weights else 0, "flops": flops}
 
 
 def _segment(fc: dict, att: dict | None, period: float, tck: float) -> tuple[float, float]:
@@ -532,6 +546,10 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
     kv_ch = (min(ch_iv, hfp_kv_channels(model, system, tp * pp // k, asm))
              if partition == "hfp" else None)
     stages, mac_total, busy_total, sizes, vec, port = [], 0, 0, [], [], []
+    # energy (docs/energy.md): the PIM channels' counts and the other work,
+    # per module and layer like mac_total
+    use = dict.fromkeys(COUNTS, 0.0)
+    work = dict.fromkeys(("xpu_macs", "elements", "link_bytes"), 0.0)
     for m in range(pp):
         reqs = np.arange(m, len(lengths), pp)
         b = len(reqs)
@@ -540,6 +558,9 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
         if a is not None:
             mac_total += a["mac"]
             busy_total += a["busy"]
+            for c in COUNTS:
+                use[c] += a["counts"][c]
+            work["elements"] += a["elements"]
         link = 2 * lk.all_gather_s(b * model.d_model * 2, tp)
         comp = dict.fromkeys(COMPONENTS, 0.0)
         if a is not None:
@@ -548,9 +569,12 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
         if b:
             if system.vector_on == "pnm":  # the layer's other vector operations
                 comp["vector"] = b * layer_vector_elements(model, tp) / rate * tck
+                work["elements"] += b * layer_vector_elements(model, tp)
             if xpu:
                 fc = _fc_task(model, system, b, tp, ch, asm, ("pre", "post"))
                 comp["fc"] = _segment(fc, None, period, tck)[0]
+                work["xpu_macs"] += fc["flops"] / 2
+                _weight_reads(use, fc["reads"] * ch, cfg, period)
             else:
                 for d_in, d_out in fc_matrices(model):
                     sh = Shape("fc", d_in)
@@ -558,7 +582,11 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
                     comp["fc"] += b * int(lab["cycles"]) * tck
                     mac_total += b * ch * int(lab["mac"])
                     busy_total += b * ch * int(lab["cycles"])
+                    for c in COUNTS:
+                        use[c] += b * ch * float(lab[c])
             comp["link_io"] = link
+            # the two all-gathers: each module receives the others' shares
+            work["link_bytes"] += 2 * b * model.d_model * 2 * (tp - 1) / tp
         vec.append((a["vector"] * tck if a is not None else 0.0) + comp["vector"])
         port.append(link)
 
@@ -608,7 +636,14 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
     # per module-layer figures x tp modules x layers
     mac_total *= tp * model.layers
     busy_total *= tp * model.layers
+    use = {c: v * tp * model.layers for c, v in use.items()}
+    work = {w: v * tp * model.layers for w, v in work.items()}
+    work["link_bytes"] += sum(sizes) * model.d_model * 2 * sum(cross)  # the hand-offs
+    spent = step_energy(cfg, use, work, channels, cycles, t_ck_ns, asm)
     return {
+        **({} if spent is None else {
+            "energy_j": spent["total_j"], "breakdown_j": spent["breakdown_j"],
+            "energy_per_token_j": spent["total_j"] / len(lengths) if len(lengths) else 0.0}),
         "tp": tp, "pp": pp, "stages_per_module": k, "batch": int(len(lengths)),
         "step_s": step, "bound": bound,
         "tokens_per_s": len(lengths) / step if step else 0.0,
@@ -617,6 +652,48 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
         "interleaved": interleaved / (pp * pp),
         "breakdown_s": breakdown,
     }
+
+
+#: A decode step's energy (``step_energy``): the PIM channels' categories
+#: (golden.energy.CATEGORIES, prefixed ``pim_``), the xPU's matrix units,
+#: the vector work (HUB/EPU or near-memory processors) and the link.
+ENERGY = (*(f"pim_{c}" for c in energy.CATEGORIES), "xpu", "vector", "link")
+
+
+def _weight_reads(use: dict, words: float, cfg: ChannelConfig, period: float) -> None:
+    """Add the xPU's weight stream of ``words`` 32 B reads to the PIM
+    channels' counts ``use``: whole rows read in turn (an ACT and a PRE
+    per ``cols`` words), each read holding a row open for ``period``
+    cycles (:meth:`KernelTimer.read_period`)."""
+    use["rds"] += words
+    use["acts"] += words / cfg.cols
+    use["pres"] += words / cfg.cols
+    use["active"] += words * period
+
+
+def step_energy(cfg: ChannelConfig, use: dict, work: dict, channels: int, cycles: float,
+                t_ck_ns: float, asm: Assumptions) -> dict | None:
+    """Energy (J) of a decode step of ``cycles`` on ``channels`` profile
+    channels whose kernels and weight reads counted ``use``
+    (golden.energy.COUNTS) and whose other work was ``work`` (xPU MACs,
+    vector elements, link bytes): the channels' commands priced with the
+    profile's table, their background over the whole step (rows open for
+    the counted cycles, precharged otherwise), their refreshes on the
+    channel clock for the whole step (not only inside kernels); the rest
+    at ``asm``'s figures. None when the profile has no energy table."""
+    known = energy.params_for(cfg)
+    if known is None:
+        return None
+    span = channels * cycles
+    c = {**use, "active": min(use["active"], span),
+         "refreshes": span / cfg.timing.t_refi if cfg.timing.t_refi else 0.0}
+    pim = energy.priced(known[0], t_ck_ns, c, span)["breakdown"]
+    pj = {**{f"pim_{k}": v for k, v in pim.items()},
+          "xpu": work["xpu_macs"] * asm.xpu_pj_per_mac,
+          "vector": work["elements"] * asm.vector_pj_per_element,
+          "link": work["link_bytes"] * asm.link_pj_per_byte}
+    return {"total_j": sum(pj.values()) * 1e-12,
+            "breakdown_j": {k: float(v) * 1e-12 for k, v in pj.items()}}
 
 
 def neupims_segments(n: int) -> list[tuple[tuple[str, ...], int, int | None]]:

@@ -73,7 +73,9 @@ def _modules(data: dict, systems: list[str], asm: Assumptions, t_ck: float) -> d
 
 def _result(r: dict) -> dict:
     out = {k: (_r(v) if isinstance(v, float) else v) for k, v in r.items()
-           if k not in ("breakdown_s", "options")}
+           if k not in ("breakdown_s", "options", "breakdown_j")}
+    if "breakdown_j" in r:
+        out["breakdown_j"] = {k: _r(v) for k, v in r["breakdown_j"].items()}
     out["breakdown_s"] = {k: _r(v) for k, v in r["breakdown_s"].items()}
     out["breakdown_share"] = {k: _r(v / r["step_s"]) if r["step_s"] else 0.0
                               for k, v in r["breakdown_s"].items()}

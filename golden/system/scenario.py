@@ -97,6 +97,9 @@ RANGES = {
     "assumptions.cxl_lanes": Range(1, 64, unit="lanes per CXL port"),
     "assumptions.pnm_flops_per_element": Range(0.01, 1e3, unit="FLOPs"),
     "assumptions.host_op_cycles": Range(0, 1 << 20, unit="cycles"),
+    "assumptions.xpu_pj_per_mac": Range(0, 1e3, unit="pJ"),
+    "assumptions.link_pj_per_byte": Range(0, 1e4, unit="pJ"),
+    "assumptions.vector_pj_per_element": Range(0, 1e4, unit="pJ"),
     "output_tokens": Range(1, 1 << 20, unit="tokens per request"),
     "arrival_rate": Range(0, 1e9, unit="requests/s; 0: all at once"),
 }
