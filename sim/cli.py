@@ -515,7 +515,8 @@ STUDIES = {"gemv": cmd_gemv, "dcs-utilization": cmd_dcs_utilization,
            "sherpa": cmd_sherpa, "hetero-training": cmd_hetero_training, "jitq": cmd_jitq,
            "pimphony": cmd_system_study, "pimphony-scaling": cmd_system_study,
            "pimphony-gpu": cmd_system_study, "pimphony-serving": cmd_system_study,
-           "tcp-activation": cmd_system_study, "librapim": cmd_system_study}
+           "tcp-activation": cmd_system_study, "librapim": cmd_system_study,
+           "pimphony-energy": cmd_system_study}
 
 
 #: The options each study reads (an option given to another study is an error).
@@ -532,7 +533,8 @@ STUDY_OPTIONS = {
     "hetero-training": {"json", "offload_fraction", "steps", "workloads"},
     "jitq": {"json", "models"},
     **{s: _SYSTEM_OPTIONS for s in ("pimphony", "pimphony-scaling", "pimphony-gpu",
-                                    "pimphony-serving", "tcp-activation", "librapim")},
+                                    "pimphony-serving", "tcp-activation", "librapim",
+                                    "pimphony-energy")},
 }
 
 

@@ -76,7 +76,8 @@ def plot(result: dict, out_dir: str) -> list[str]:
     return {"pimphony": _plot_pimphony, "pimphony-scaling": _plot_scaling,
             "pimphony-gpu": _plot_gpu, "pimphony-serving": _plot_serving,
             "tcp-activation": _plot_tcp,
-            "librapim": _plot_librapim}[result["study"]](result, out)
+            "librapim": _plot_librapim,
+            "pimphony-energy": _plot_energy}[result["study"]](result, out)
 
 
 def _plot_pimphony(result: dict, out: Path) -> list[str]:
@@ -173,6 +174,37 @@ def _plot_gpu(result: dict, out: Path) -> list[str]:
     ax.set_ylabel(f"tokens/s over {result['gpu']['name']} GPUs")
     ax.legend(fontsize=7)
     return [_save(plt, fig, out / "pimphony-gpu.png")]
+
+
+def _plot_energy(result: dict, out: Path) -> list[str]:
+    """Energy per token per (model, dataset, system), one stacked bar per
+    step: attention's MAC, I/O, background and else, then the FC layers',
+    over the first step's total."""
+    plt = _pyplot()
+    rows = result["rows"]
+    steps = list(result["steps"])
+    groups = list(dict.fromkeys((r["model"], r["dataset"], r["system"]) for r in rows))
+    parts = [*result["attention_energy"], "fc"]
+    fig, ax = plt.subplots(figsize=(max(6, 1.8 * len(groups)), 4))
+    width = 0.8 / len(steps)
+    for g, group in enumerate(groups):
+        mine = {r["step"]: r for r in rows if (r["model"], r["dataset"], r["system"]) == group}
+        base = mine[steps[0]]["energy_per_token_j"] or 1.0
+        for i, step in enumerate(steps):
+            r, bottom = mine[step], 0.0
+            for k, part in enumerate(parts):
+                v = (r["fc_per_token_j"] if part == "fc"
+                     else r["attention_per_token_j"][part]) / base
+                ax.bar(g + i * width, v, width, bottom=bottom, color=f"C{k}",
+                       label=("attention " + part if part != "fc" else "FC")
+                       if g == 0 and i == 0 else None)
+                bottom += v
+    ax.set_xticks([g + 0.4 - width / 2 for g in range(len(groups))],
+                  [f"{m}\n{d}\n{s}" for m, d, s in groups], fontsize=7)
+    ax.set_ylabel(f"energy per token over {steps[0]}")
+    ax.set_title(f"bars per group: {', '.join(steps)}", fontsize=8)
+    ax.legend(fontsize=7)
+    return [_save(plt, fig, out / "pimphony-energy.png")]
 
 
 def _plot_serving(result: dict, out: Path) -> list[str]:

@@ -16,6 +16,7 @@ from golden.config import ConfigError, load_profile
 from golden.system import pimphony, scenario, sweep
 from golden.system.kernel_timing import CALIBRATE, LABELS, KernelTimer, Shape
 from golden.system.model import (
+    ATTENTION_COMPONENTS,
     COMPONENTS,
     STEPS,
     Assumptions,
@@ -298,6 +299,16 @@ def test_decode_step_energy_by_hand():
     assert got["link"] == 0  # one module
     assert r["energy_j"] == pytest.approx(sum(got.values()))
     assert r["energy_per_token_j"] == pytest.approx(r["energy_j"] / 3)
+    # attention's part (PIMphony's breakdown): its kernels' MACs and I/O,
+    # the background by its share of the busy time, the rest to the FC
+    a, bd = r["attention_j"], r["breakdown_s"]
+    share = 1 - bd["fc"] / (bd["fc"] + sum(bd[c] for c in ATTENTION_COMPONENTS))
+    assert a["mac"] == pytest.approx(got["pim_mac"])  # the xPU runs the FC
+    kernel_io = 3 * units * (3 * params.beat_pj + 2 * params.gbuf_wr_pj + params.obuf_rd_pj)
+    assert a["io"] == pytest.approx(kernel_io * 1e-12)
+    assert a["background"] == pytest.approx(share * got["pim_background"])
+    assert sum(a.values()) + r["fc_j"] == pytest.approx(r["energy_j"])
+    assert r["fc_j"] > got["xpu"] + got["pim_other"]  # the weight reads are the FC's
     # refresh on the channel clock, and the link under TP
     refreshing = cfg.replace(t_refi=1000, t_rfc=100)
     two = decode_step(TINY, XPU, lengths, 2, 1, "tcp", LinearTimer(refreshing, period=3.0),
@@ -692,3 +703,32 @@ def test_gpu_baseline_is_memory_matched_with_paged_admission():
     slow = evaluate_gpu(m, a100, lengths, 512,
                         dataclasses.replace(ASM, gpu_bandwidth_efficiency=0.4))
     assert slow["tokens_per_s"] == pytest.approx(r["tokens_per_s"] / 2, rel=0.01)
+
+
+def test_pimphony_energy_study(tmp_path):
+    """pimphony-energy (docs/energy.md): every step's energy per token is
+    attention's four parts plus the FC's; a faster step spends less
+    background per token; the first step is the reference."""
+    data = scenario.load("pimphony-energy", None, ['models=["LLM-7B-128K"]',
+                                                   'datasets=["Loogle-SD"]', "requests=256"])
+    with sweep.Sweep("serial") as sw:
+        out = pimphony.STUDIES["pimphony-energy"](data, sw, False)
+    rows = {r["step"]: r for r in out["rows"]}
+    assert list(rows) == list(STEPS) and {r["system"] for r in out["rows"]} == {"PIM-only"}
+    for r in rows.values():
+        parts = sum(r["attention_per_token_j"].values()) + r["fc_per_token_j"]
+        assert parts == pytest.approx(r["energy_per_token_j"], rel=1e-4)
+        assert r["average_power_w"] == pytest.approx(
+            r["energy_per_token_j"] * r["tokens_per_s"], rel=1e-4)
+    base = rows["baseline"]
+    assert base["energy_over_baseline"] == 1 and base["attention_total_over_baseline"] == 1
+    for step in ("+TCP", "+DCS", "+DPA"):
+        r = rows[step]
+        assert r["speedup_over_baseline"] > 1
+        assert (r["attention_per_token_j"]["background"]
+                < base["attention_per_token_j"]["background"])
+        assert r["energy_over_baseline"] == pytest.approx(
+            r["energy_per_token_j"] / base["energy_per_token_j"], rel=1e-4)
+    from sim import report
+
+    assert [p.endswith("pimphony-energy.png") for p in report.plot(out, str(tmp_path))] == [True]

@@ -548,8 +548,8 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
     stages, mac_total, busy_total, sizes, vec, port = [], 0, 0, [], [], []
     # energy (docs/energy.md): the PIM channels' counts and the other work,
     # per module and layer like mac_total
-    use = dict.fromkeys(COUNTS, 0.0)
-    work = dict.fromkeys(("xpu_macs", "elements", "link_bytes"), 0.0)
+    use, att = dict.fromkeys(COUNTS, 0.0), dict.fromkeys(COUNTS, 0.0)  # all; attention's
+    work = dict.fromkeys(("xpu_macs", "elements", "attention_elements", "link_bytes"), 0.0)
     for m in range(pp):
         reqs = np.arange(m, len(lengths), pp)
         b = len(reqs)
@@ -560,7 +560,9 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
             busy_total += a["busy"]
             for c in COUNTS:
                 use[c] += a["counts"][c]
+                att[c] += a["counts"][c]
             work["elements"] += a["elements"]
+            work["attention_elements"] += a["elements"]
         link = 2 * lk.all_gather_s(b * model.d_model * 2, tp)
         comp = dict.fromkeys(COMPONENTS, 0.0)
         if a is not None:
@@ -637,13 +639,17 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
     mac_total *= tp * model.layers
     busy_total *= tp * model.layers
     use = {c: v * tp * model.layers for c, v in use.items()}
+    att = {c: v * tp * model.layers for c, v in att.items()}
     work = {w: v * tp * model.layers for w, v in work.items()}
     work["link_bytes"] += sum(sizes) * model.d_model * 2 * sum(cross)  # the hand-offs
-    spent = step_energy(cfg, use, work, channels, cycles, t_ck_ns, asm)
+    busy = {"attention": sum(breakdown[c] for c in ATTENTION_COMPONENTS), "fc": breakdown["fc"]}
+    share = busy["attention"] / sum(busy.values()) if sum(busy.values()) else 0.0
+    spent = step_energy(cfg, use, work, channels, cycles, t_ck_ns, asm, att, share)
     return {
         **({} if spent is None else {
             "energy_j": spent["total_j"], "breakdown_j": spent["breakdown_j"],
-            "energy_per_token_j": spent["total_j"] / len(lengths) if len(lengths) else 0.0}),
+            "energy_per_token_j": spent["total_j"] / len(lengths) if len(lengths) else 0.0,
+            "attention_j": spent["attention_j"], "fc_j": spent["fc_j"]}),
         "tp": tp, "pp": pp, "stages_per_module": k, "batch": int(len(lengths)),
         "step_s": step, "bound": bound,
         "tokens_per_s": len(lengths) / step if step else 0.0,
@@ -671,8 +677,17 @@ def _weight_reads(use: dict, words: float, cfg: ChannelConfig, period: float) ->
     use["active"] += words * period
 
 
+#: The step's components that are attention's (the rest: the FC layers,
+#: and the link and vector work besides attention).
+ATTENTION_COMPONENTS = ("attention_mac", "attention_io", "act_pre", "attention_mode",
+                        "refresh", "reduction")
+#: Attention's energy (PIMphony's breakdown): MAC, I/O, background, else.
+ATTENTION_ENERGY = ("mac", "io", "background", "else")
+
+
 def step_energy(cfg: ChannelConfig, use: dict, work: dict, channels: int, cycles: float,
-                t_ck_ns: float, asm: Assumptions) -> dict | None:
+                t_ck_ns: float, asm: Assumptions, attention: dict | None = None,
+                share: float = 0.0) -> dict | None:
     """Energy (J) of a decode step of ``cycles`` on ``channels`` profile
     channels whose kernels and weight reads counted ``use``
     (golden.energy.COUNTS) and whose other work was ``work`` (xPU MACs,
@@ -680,7 +695,15 @@ def step_energy(cfg: ChannelConfig, use: dict, work: dict, channels: int, cycles
     profile's table, their background over the whole step (rows open for
     the counted cycles, precharged otherwise), their refreshes on the
     channel clock for the whole step (not only inside kernels); the rest
-    at ``asm``'s figures. None when the profile has no energy table."""
+    at ``asm``'s figures. None when the profile has no energy table.
+
+    ``attention_j`` splits off attention's part (PIMphony's breakdown):
+    its kernels' MACs and I/O, the background and refresh in proportion
+    to ``share`` (attention's share of the step's busy time; both are
+    time's, not work's), and else (its activations, precharges and the
+    HUB's softmax and reduction elements). ``fc_j`` is the rest of the
+    step: the FC layers' PIM or xPU energy, the other vector work, the
+    link and the rest of the background."""
     known = energy.params_for(cfg)
     if known is None:
         return None
@@ -692,8 +715,17 @@ def step_energy(cfg: ChannelConfig, use: dict, work: dict, channels: int, cycles
           "xpu": work["xpu_macs"] * asm.xpu_pj_per_mac,
           "vector": work["elements"] * asm.vector_pj_per_element,
           "link": work["link_bytes"] * asm.link_pj_per_byte}
-    return {"total_j": sum(pj.values()) * 1e-12,
-            "breakdown_j": {k: float(v) * 1e-12 for k, v in pj.items()}}
+    a = energy.priced(known[0], t_ck_ns, {**(attention or dict.fromkeys(COUNTS, 0.0)),
+                                          "refreshes": 0.0, "active": 0.0}, 0.0)["breakdown"]
+    part = {"mac": a["mac"], "io": a["io"],
+            "background": share * pim["background"],
+            "else": a["act_pre"] + a["other"] + share * pim["refresh"]
+            + work["attention_elements"] * asm.vector_pj_per_element}
+    total = sum(pj.values())
+    return {"total_j": total * 1e-12,
+            "breakdown_j": {k: float(v) * 1e-12 for k, v in pj.items()},
+            "attention_j": {k: float(v) * 1e-12 for k, v in part.items()},
+            "fc_j": float(total - sum(part.values())) * 1e-12}
 
 
 def neupims_segments(n: int) -> list[tuple[tuple[str, ...], int, int | None]]:

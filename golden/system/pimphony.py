@@ -22,6 +22,7 @@ from golden.system import sweep
 from golden.system.kernel_timing import KernelTimer, Shape
 from golden.system.librapim import librapim
 from golden.system.model import (
+    ATTENTION_ENERGY,
     COMPONENTS,
     STEPS,
     Assumptions,
@@ -73,9 +74,10 @@ def _modules(data: dict, systems: list[str], asm: Assumptions, t_ck: float) -> d
 
 def _result(r: dict) -> dict:
     out = {k: (_r(v) if isinstance(v, float) else v) for k, v in r.items()
-           if k not in ("breakdown_s", "options", "breakdown_j")}
-    if "breakdown_j" in r:
-        out["breakdown_j"] = {k: _r(v) for k, v in r["breakdown_j"].items()}
+           if k not in ("breakdown_s", "options", "breakdown_j", "attention_j")}
+    for key in ("breakdown_j", "attention_j"):
+        if key in r:
+            out[key] = {k: _r(v) for k, v in r[key].items()}
     out["breakdown_s"] = {k: _r(v) for k, v in r["breakdown_s"].items()}
     out["breakdown_share"] = {k: _r(v / r["step_s"]) if r["step_s"] else 0.0
                               for k, v in r["breakdown_s"].items()}
@@ -316,9 +318,42 @@ def pimphony_gpu(data: dict, sw: sweep.Sweep, progress: bool | None = None) -> d
             "wall_s": round(time.perf_counter() - started, 2)}
 
 
+def pimphony_energy(data: dict, sw: sweep.Sweep, progress: bool | None = None) -> dict:
+    """Energy per token of each step on the pimphony study's points
+    (docs/energy.md): attention's MAC, I/O, background and else, the FC
+    layers', each against the first step's."""
+    started = time.perf_counter()
+    pim = pimphony(data, sw, progress)
+    steps = list(pim["steps"])
+    rows = []
+    for r in pim["rows"]:
+        if "attention_j" not in r:
+            raise ConfigError(f"profile {data['profile']!r} has no [energy] table "
+                              f"(docs/energy.md)")
+        n = max(r["batch"], 1)
+        attention = {k: _r(v / n) for k, v in r["attention_j"].items()}
+        rows.append({**{k: r[k] for k in ("model", "dataset", "system", "step", "batch",
+                                          "tokens_per_s", "step_s", "energy_per_token_j")},
+                     "attention_per_token_j": attention,
+                     "attention_total_per_token_j": _r(sum(r["attention_j"].values()) / n),
+                     "fc_per_token_j": _r(r["fc_j"] / n),
+                     "average_power_w": _r(r["energy_j"] / r["step_s"]) if r["step_s"] else 0.0,
+                     f"speedup_over_{steps[0]}": r[f"speedup_over_{steps[0]}"]})
+    base = {(r["model"], r["dataset"], r["system"]): r for r in rows if r["step"] == steps[0]}
+    for r in rows:
+        b = base[(r["model"], r["dataset"], r["system"])]
+        for key in ("energy_per_token_j", "attention_total_per_token_j"):
+            r[f"{key.removesuffix('_per_token_j')}_over_{steps[0]}"] = (
+                _r(r[key] / b[key]) if b[key] else None)
+    return {"study": "pimphony-energy", "scenario": data, "modules": pim["modules"],
+            "steps": pim["steps"], "attention_energy": list(ATTENTION_ENERGY),
+            "rows": rows, "wall_s": round(time.perf_counter() - started, 2)}
+
+
 STUDIES = {"pimphony": pimphony, "pimphony-scaling": pimphony_scaling,
            "pimphony-gpu": pimphony_gpu, "pimphony-serving": pimphony_serving,
-           "tcp-activation": tcp_activation, "librapim": librapim}
+           "tcp-activation": tcp_activation, "librapim": librapim,
+           "pimphony-energy": pimphony_energy}
 
 
 def run(study: str, path: str | None = None, sets=(), scheduler: str = "serial",

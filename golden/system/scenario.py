@@ -22,7 +22,7 @@ from golden.isa import FIELDS
 from golden.system.model import Assumptions
 
 SCENARIO_STUDIES = ("pimphony", "pimphony-scaling", "tcp-activation", "librapim",
-                    "pimphony-gpu", "pimphony-serving")
+                    "pimphony-gpu", "pimphony-serving", "pimphony-energy")
 
 
 def defaults(study: str) -> dict:
