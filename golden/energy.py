@@ -125,6 +125,8 @@ def _command_of(trace: list[TraceEntry], commands: list[Command], drops: set[int
 #: activations and precharges, bank MACs, the column commands on the data
 #: bus, refreshes, and the cycles with some row open.
 COUNTS = ("acts", "pres", "macs", "rds", "wrs", "wr_inps", "rd_outs", "refreshes", "active")
+#: The counts that are beats on the data bus.
+BEATS = ("rds", "wrs", "wr_inps", "rd_outs")
 
 
 def trace_counts(cfg: ChannelConfig, commands: list[Command], trace: list[TraceEntry],
@@ -183,7 +185,7 @@ def priced(params: EnergyParams, t_ck_ns: float, counts, cycles):
     arrays) over ``cycles``: ``total_pj`` and ``breakdown`` (pJ per
     :data:`CATEGORIES`). The one pricing of a trace's commands, used by
     :func:`trace_energy` and by the system model's fast mode."""
-    beats = counts["rds"] + counts["wrs"] + counts["wr_inps"] + counts["rd_outs"]
+    beats = sum(counts[k] for k in BEATS)
     e = {
         "mac": counts["macs"] * params.mac_pj,
         "io": beats * params.beat_pj + counts["wr_inps"] * params.gbuf_wr_pj
@@ -206,7 +208,7 @@ def trace_energy(cfg: ChannelConfig, params: EnergyParams, t_ck_ns: float,
     data-bus beats) and ``active_cycles`` (some row open)."""
     counts = trace_counts(cfg, commands, trace, cycles)
     out = priced(params, t_ck_ns, counts, cycles)
-    counts["beats"] = sum(counts[k] for k in ("rds", "wrs", "wr_inps", "rd_outs"))
+    counts["beats"] = sum(counts[k] for k in BEATS)
     return {**out, "counts": counts, "active_cycles": counts["active"], "cycles": cycles}
 
 

@@ -660,12 +660,6 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
     }
 
 
-#: A decode step's energy (``step_energy``): the PIM channels' categories
-#: (golden.energy.CATEGORIES, prefixed ``pim_``), the xPU's matrix units,
-#: the vector work (HUB/EPU or near-memory processors) and the link.
-ENERGY = (*(f"pim_{c}" for c in energy.CATEGORIES), "xpu", "vector", "link")
-
-
 def _weight_reads(use: dict, words: float, cfg: ChannelConfig, period: float) -> None:
     """Add the xPU's weight stream of ``words`` 32 B reads to the PIM
     channels' counts ``use``: whole rows read in turn (an ACT and a PRE
