@@ -200,6 +200,39 @@ def priced(params: EnergyParams, t_ck_ns: float, counts, cycles):
     return {"total_pj": sum(e.values()), "breakdown": e}
 
 
+def channels_energy(params: EnergyParams, t_ck_ns: float, counts: dict, channels: int,
+                    cycles: float, t_refi: int) -> dict[str, float]:
+    """Energy (pJ per :data:`CATEGORIES`) of ``channels`` channels over
+    ``cycles`` cycles each (a system's step), whose commands counted
+    ``counts`` (:data:`COUNTS`, summed over the channels): background over
+    the whole span (rows open for the counted ``active`` cycles, at most
+    the span; precharged otherwise) and an all-bank refresh every
+    ``t_refi`` cycles on each channel (0: none), whatever the counts say."""
+    span = channels * cycles
+    c = {**counts, "active": min(counts["active"], span),
+         "refreshes": span / t_refi if t_refi else 0.0}
+    return priced(params, t_ck_ns, c, span)["breakdown"]
+
+
+def scaled(params: EnergyParams, scale: dict | None = None) -> EnergyParams:
+    """``params`` with each key of ``scale`` multiplied by its factor (a
+    study's sweep of a table value: the scenario's ``energy`` table, 1 for
+    the value as cited)."""
+    scale = scale or {}
+    for key, v in scale.items():
+        if key not in KEYS:
+            raise ConfigError(f"unknown key energy.{key} (valid: {', '.join(KEYS)})")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1e3:
+            raise ConfigError(f"energy.{key} is a factor in [0, 1000], not {v!r}")
+    return dataclasses.replace(params, **{k: getattr(params, k) * float(v)
+                                          for k, v in scale.items()})
+
+
+def scaled_params(profile: str, scale: dict | None = None) -> EnergyParams:
+    """The ``[energy]`` table of ``profile`` :func:`scaled` by ``scale``."""
+    return scaled(energy_params(profile), scale)
+
+
 def trace_energy(cfg: ChannelConfig, params: EnergyParams, t_ck_ns: float,
                  commands: list[Command], trace: list[TraceEntry], cycles: int) -> dict:
     """Energy (pJ) of a run of ``commands`` on ``cfg`` whose issue trace is

@@ -338,4 +338,32 @@ def _plot_librapim(result: dict, out: Path) -> list[str]:
             ax.set_title(model)
             ax.legend(fontsize=6)
         files.append(_save(plt, fig, out / "librapim-npu.png"))
+    files += _plot_librapim_energy(plt, base, models, inputs, batch, out)
     return files
+
+
+def _plot_librapim_energy(plt, rows, models, inputs, batch, out: Path) -> list[str]:
+    """Energy per token: per model, a stacked bar per system and input
+    length at one batch, in the breakdown's parts."""
+    fig, axes = plt.subplots(1, len(models), figsize=(5.5 * len(models), 4), squeeze=False)
+    for ax, model in zip(axes[0], models, strict=True):
+        sel = [r for r in rows if r["model"] == model and r["batch"] == batch]
+        systems = list(sel[0]["systems"]) if sel else []
+        parts = list(sel[0]["systems"][systems[0]]["energy_breakdown_per_token_j"]) \
+            if systems else []
+        width = 0.8 / max(1, len(systems))
+        for i, r in enumerate(sel):
+            for k, system in enumerate(systems):
+                bottom = 0.0
+                for c, part in enumerate(parts):
+                    v = r["systems"][system]["energy_breakdown_per_token_j"][part]
+                    ax.bar(i + k * width, v, width, bottom=bottom, color=f"C{c}",
+                           label=part if i == 0 and k == 0 else None)
+                    bottom += v
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(sel))],
+                      [str(r["input"]) for r in sel], fontsize=7)
+        ax.set_xlabel(f"input length (bars: {', '.join(systems)})", fontsize=7)
+        ax.set_ylabel("J per token")
+        ax.set_title(f"{model}, batch {batch}")
+    axes[0][-1].legend(fontsize=6)
+    return [_save(plt, fig, out / "librapim-energy.png")]

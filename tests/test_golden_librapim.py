@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from golden import energy
 from golden.config import ConfigError, load_profile
 from golden.system import librapim, overlap, pimphony, scenario, sweep
 from golden.system.kernel_timing import KernelTimer, Shape
@@ -257,6 +258,12 @@ def test_study_small():
             if d["plan"] != "all-pim":  # a small group moves with no veto
                 assert d["predicted_s"] <= d["predicted_no_offload_s"]
         assert 0 < s["LibraPIM"]["pim_utilization"] <= 1
+        for x in s.values():  # energy beside time
+            assert x["energy_per_token_j"] == pytest.approx(
+                sum(x["energy_breakdown_per_token_j"].values()), rel=1e-5)
+            assert x["power_w"] == pytest.approx(x["energy_per_token_j"] * x["tokens_per_s"],
+                                                 rel=1e-4)
+        assert s["NPU+AiM"]["energy_over_NPU+AiM"] == 1
     small = next(r for r in rows if r["batch"] == 32)
     assert {d["plan"] for d in small["systems"]["LibraPIM"]["decisions"]} == {"all-pim"}
 
@@ -313,7 +320,8 @@ def test_npu_size_and_dbo_ablation():
         layer_time(small, "NeuPIMs-like", lengths)["layer_s"]
     dev = device()
     a = layer_time(dev, "LibraPIM-noDBO", lengths)
-    assert a == layer_time(dev, "LibraPIM", lengths, ("none", 0))
+    b = layer_time(dev, "LibraPIM", lengths, ("none", 0))
+    assert np.array_equal(a.pop("use"), b.pop("use")) and a == b
     assert "decisions" not in {k for k, v in librapim.generate(
         dev, "LibraPIM-noDBO", lengths, 1).items() if v}
 
@@ -382,7 +390,7 @@ def test_spilled_data_loses_the_dual_path():
     # reads beyond the slots run after the kernels anyway: spilled weights
     # cost nothing more; fewer reads than slots, they do
     assert got[0.25, 0] == pytest.approx(got[0, 0])
-    few = {"flops_s": 0.0, "reads": int(slots.min() // 2)}
+    few = {"flops_s": 0.0, "macs": 0.0, "reads": int(slots.min() // 2)}
     whole = Device(base.model, 8, base.timer, 1.0, weight_spill=1.0)
     assert segment(base, "LibraPIM", few, att)["s"] == pytest.approx(phase * tck)
     assert segment(whole, "LibraPIM", few, att)["s"] == pytest.approx(
@@ -390,3 +398,89 @@ def test_spilled_data_loses_the_dual_path():
     # every slot lost: the channel serves the reads only where no kernel runs
     assert got[0, 1] == pytest.approx(max(npu["flops_s"], float(np.max(
         phase + np.maximum(0, reads - idle) * period)) * tck))
+
+
+def pricing(**kw) -> librapim.Pricing:
+    return librapim.Pricing(energy.scaled_params(LIBRA_PIM.profile, kw), 0.32, 5.12)
+
+
+def test_energy_of_a_serial_step_by_hand():
+    """NPU+AiM's energy (docs/energy.md, "LibraPIM"): every layer's weight
+    stream as whole-row reads, the attention kernels' counts, both priced
+    with hbm2-pim's table; the background of every channel over the whole
+    step and refresh on the channel clock; the NPU's MACs at 0.32 pJ; all
+    ``tp`` devices, per token."""
+    dev = device()
+    m, cfg = dev.model, dev.cfg
+    params = energy.energy_params(LIBRA_PIM.profile)
+    lengths = np.array([300, 200, 900, 50] * 16)
+    got = librapim.generate(dev, "NPU+AiM", lengths, 1, pricing=pricing())
+    mats = m.attn_matrices() + m.ffn_matrices_shapes()
+    words = dev.npu_work(64, mats)["reads"] * LIBRA_PIM.channels
+    period = dev.timer.read_period()
+    pairs = np.repeat(lengths, m.kv_heads // dev.tp)
+    n = dict.fromkeys(energy.COUNTS, 0.0)
+    for kind in ("qkt", "sv"):
+        sh = Shape(kind, m.d_head, m.group)
+        t = dev.timer(sh, sh.units(cfg, pairs))
+        for c in energy.COUNTS:
+            n[c] += m.layers * float(t[c].sum())
+    n["rds"] += m.layers * words
+    n["acts"] += m.layers * words / cfg.cols
+    n["pres"] += m.layers * words / cfg.cols
+    n["active"] += m.layers * words * period
+    span = LIBRA_PIM.channels * got["step_s"] / 1e-9  # tCK 1 ns here
+    n["active"] = min(n["active"], span)
+    n["refreshes"] = span / cfg.timing.t_refi
+    want = energy.priced(params, 1.0, n, span)["breakdown"]
+    b = got["energy_breakdown_per_token_j"]
+    for cat in energy.CATEGORIES:
+        assert b[f"pim_{cat}"] == pytest.approx(want[cat] * dev.tp * 1e-12 / 64), cat
+    npu_macs = m.layers * 64 * sum(i * o for i, o in mats) / dev.tp
+    assert b["npu"] == pytest.approx(npu_macs * 0.32e-12 * dev.tp / 64)
+    assert b["pim_broadcast"] == 0
+    assert got["energy_per_token_j"] == pytest.approx(sum(b.values()))
+    assert got["power_w"] == pytest.approx(got["energy_per_token_j"] * 64 / got["step_s"])
+
+
+def test_broadcast_ffn_energy_is_mac_units_only():
+    """DBO's FFN offload charges the moved requests' MAC rounds at the MAC
+    unit's figure on every bank, and no array read: the weight stream the
+    NPU reads anyway is the same; the whole-group offload's GEMVs read the
+    weights through the banks' MACs for every token."""
+    dev = device("GPT3-175B")
+    cfg = dev.cfg
+    lengths = np.full(256, 16)
+    none = layer_time(dev, "LibraPIM", lengths)
+    moved = layer_time(dev, "LibraPIM", lengths, ("ffn-to-pim", 40))
+    rds = energy.COUNTS.index("rds")
+    assert moved["use"][rds] == none["use"][rds]
+    rounds = 2 * dev.broadcast_cycles(20) / dev.broadcast_ccd  # each sub-batch's 20, a layer
+    assert moved["broadcast_macs"] == pytest.approx(rounds * cfg.banks * LIBRA_PIM.channels)
+    assert none["broadcast_macs"] == 0
+    gemv = layer_time(dev, "LibraPIM", lengths, ("all-pim", 256))
+    assert gemv["use"][rds] == 0 and gemv["broadcast_macs"] == 0  # no NPU stream
+    macs = energy.COUNTS.index("macs")
+    assert gemv["use"][macs] > 100 * moved["use"][macs]
+    r = librapim.generate(dev, "LibraPIM", lengths[:64], 1, pricing=pricing())
+    assert r["energy_per_token_j"] > 0
+
+
+def test_energy_scale_keys():
+    """The scenario's [energy] factors scale one table value each; a
+    factor out of range or an unknown key is refused, naming it."""
+    dev = device()
+    lengths = np.array([300, 200, 900, 50] * 16)
+    base = librapim.generate(dev, "NeuPIMs-like", lengths, 1, pricing=pricing())
+    double = librapim.generate(dev, "NeuPIMs-like", lengths, 1, pricing=pricing(ref_pj=2.0))
+    for k, v in double["energy_breakdown_per_token_j"].items():
+        want = base["energy_breakdown_per_token_j"][k] * (2 if k == "pim_refresh" else 1)
+        assert v == pytest.approx(want), k
+    with pytest.raises(ConfigError, match="energy.ref_pj must be in"):
+        scenario.load("librapim", sets=["energy.ref_pj=-1"])
+    with pytest.raises(ConfigError, match="unknown key 'energy.ref'"):
+        scenario.load("librapim", sets=["energy.ref=1"])
+    data = scenario.load("librapim", sets=["energy.act_standby_mw=2"])
+    assert data["energy"]["act_standby_mw"] == 2.0 and data["energy"]["ref_pj"] == 1.0
+    with pytest.raises(ConfigError, match="energy.mac_pj is a factor"):
+        energy.scaled_params(LIBRA_PIM.profile, {"mac_pj": True})

@@ -317,6 +317,17 @@ def test_decode_step_energy_by_hand():
         2 * 4 * two["step_s"] / (tck * 1e-9) / 1000 * params.ref_pj * 1e-12)
     link = 3 * 2 * 2 * 3 * 256 * 2 * (2 - 1) / 2  # layers x modules x all-gathers x bytes
     assert two["breakdown_j"]["link"] == pytest.approx(link * asm.link_pj_per_byte * 1e-12)
+    # the scenario's [energy] factors scale their own table value only
+    halved = decode_step(TINY, XPU, lengths, 1, 1, "hfp", timer, tck,
+                         dataclasses.replace(asm, energy_scale=(("mac_pj", 0.5),
+                                                                ("pre_standby_mw", 0.0))))
+    for k, v in halved["breakdown_j"].items():
+        if k == "pim_mac":
+            assert v == pytest.approx(got[k] / 2)
+        elif k == "pim_background":
+            assert v == pytest.approx(n["active"] * params.act_standby_mw * tck * 1e-12)
+        else:
+            assert v == pytest.approx(got[k]), k
 
 
 def test_sub_channels_split_a_pair_under_hfp_and_add_channels_under_tcp():
@@ -594,7 +605,8 @@ def test_scenario_ranges_hold_the_defaults_and_refuse_past_each_edge():
         data = scenario.defaults(study)
         scenario.check_all(data)
         flat = {**{k: v for k, v in data.items() if not isinstance(v, dict)},
-                **{f"assumptions.{k}": v for k, v in data.get("assumptions", {}).items()}}
+                **{f"{t}.{k}": v for t in ("assumptions", "energy")
+                   for k, v in data.get(t, {}).items()}}
         for key, rng in scenario.RANGES.items():
             if key not in flat or isinstance(flat[key], list) and (
                     not flat[key] or isinstance(flat[key][0], str)):

@@ -68,7 +68,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from golden import energy as energy_model
 from golden.config import ConfigError, check_one_of, slice_rows_for
+from golden.energy import COUNTS
 from golden.isa import LANES
 from golden.system import overlap
 from golden.system.kernel_timing import KernelTimer, Shape
@@ -168,9 +170,9 @@ class Device:
         """The NPU's FC ``matrices`` for ``tokens`` requests: FLOP seconds and
         the weight reads per channel (the weights interleaved over every
         channel); ``stream``: the weights are read even for no tokens."""
-        flops = 2 * max(tokens, 0) * sum(i * o for i, o in matrices) / self.tp / self.npu_flops
+        macs = max(tokens, 0) * sum(i * o for i, o in matrices) / self.tp
         read = tokens > 0 or stream
-        return {"flops_s": flops,
+        return {"flops_s": 2 * macs / self.npu_flops, "macs": macs,
                 "reads": overlap.reads_for(self.weight_bytes(matrices), LIBRA_PIM.channels)
                 if read else 0}
 
@@ -178,39 +180,47 @@ class Device:
         """Attention moved to the NPU: a GEMV over each request's K and V,
         read from the weight partition over every channel."""
         m = self.model
-        flops = 4 * float(lengths.sum()) * (m.heads // self.tp) * m.d_head / self.npu_flops
-        return {"flops_s": flops,
+        macs = 2 * float(lengths.sum()) * (m.heads // self.tp) * m.d_head
+        return {"flops_s": 2 * macs / self.npu_flops, "macs": macs,
                 "reads": overlap.reads_for(int(self.kv_bytes(lengths).sum()), LIBRA_PIM.channels)}
 
     def attention(self, lengths: np.ndarray, banks: str) -> dict | None:
         """Per channel: the cycles of its (request, KV head) pairs' QK^T and
         SV kernels (``load``, pairs round-robin over the channels) and the
-        weight reads that fit beside them on ``banks`` (``slots``)."""
+        weight reads that fit beside them on ``banks`` (``slots``), and the
+        kernels' energy counts over every channel (``use``, :func:`counts`)."""
         if not len(lengths):
             return None
         m = self.model
         pairs = np.repeat(lengths, m.kv_heads // self.tp)
         q, s = Shape("qkt", m.d_head, m.group), Shape("sv", m.d_head, m.group)
         uq, us = q.units(self.cfg, pairs), s.units(self.cfg, pairs)
-        cycles = self.timer(q, uq)["cycles"] + self.timer(s, us)["cycles"]
+        tq, ts = self.timer(q, uq), self.timer(s, us)
+        cycles = tq["cycles"] + ts["cycles"]
         slots = self.timer.slots(q, uq, banks) + self.timer.slots(s, us, banks)
         where = np.arange(len(pairs)) % LIBRA_PIM.channels
         ch = LIBRA_PIM.channels
         return {"load": np.bincount(where, cycles, minlength=ch).astype(np.float64),
-                "slots": np.bincount(where, slots, minlength=ch).astype(np.float64)}
+                "slots": np.bincount(where, slots, minlength=ch).astype(np.float64),
+                "use": counts(tq) + counts(ts)}
 
     def pim_fc_load(self, tokens: int, matrices, banks: str | None = None) -> dict:
         """Per channel: ``tokens`` GEMVs of ``matrices`` (each matrix's
         outputs over every channel) and the reads that fit beside them on
-        ``banks`` (none without)."""
+        ``banks`` (none without), and their energy counts over every
+        channel (``use``)."""
         cyc = slots = 0.0
+        ch = LIBRA_PIM.channels
+        use = np.zeros(len(COUNTS))
         for d_in, d_out in matrices:
             sh = Shape("fc", d_in)
-            u = sh.units(self.cfg, -(-d_out // (self.tp * LIBRA_PIM.channels)))
-            cyc += float(self.timer(sh, u)["cycles"])
+            u = sh.units(self.cfg, -(-d_out // (self.tp * ch)))
+            got = self.timer(sh, u)
+            cyc += float(got["cycles"])
+            use += counts(got)
             slots += float(self.timer.slots(sh, u, banks)) if banks else 0.0
-        ch = LIBRA_PIM.channels
-        return {"load": np.full(ch, tokens * cyc), "slots": np.full(ch, tokens * slots)}
+        return {"load": np.full(ch, tokens * cyc), "slots": np.full(ch, tokens * slots),
+                "use": use * tokens * ch}
 
     def broadcast_cycles(self, tokens: int) -> int:
         """Cycles the PIM MAC units are busy computing ``tokens`` offloaded
@@ -380,9 +390,23 @@ def _sub_batches(lengths: np.ndarray) -> list[np.ndarray]:
 
 
 def _add(*works: dict | None) -> dict:
-    """NPU work summed: FLOP seconds and reads per channel."""
-    return {"flops_s": sum(w["flops_s"] for w in works if w),
-            "reads": sum(w["reads"] for w in works if w)}
+    """NPU work summed: FLOP seconds, MACs and reads per channel."""
+    return {k: sum(w[k] for w in works if w) for k in ("flops_s", "macs", "reads")}
+
+
+def counts(got: dict) -> np.ndarray:
+    """The energy counts (:data:`golden.energy.COUNTS`) of the kernels a
+    :class:`KernelTimer` call timed, summed over them."""
+    return np.array([float(np.sum(got[c])) for c in COUNTS])
+
+
+def read_counts(words: float, cols: int, period: float) -> np.ndarray:
+    """The energy counts of the NPU's ``words`` 32 B reads: whole rows read
+    in turn (an ACT and a PRE per ``cols`` words), each read holding a row
+    open for ``period`` cycles (the reads alone, :meth:`Device.period`)."""
+    n = dict.fromkeys(COUNTS, 0.0)
+    n.update(rds=words, acts=words / cols, pres=words / cols, active=words * period)
+    return np.array([n[c] for c in COUNTS])
 
 
 def segment(device: Device, system: str, npu: dict | None, att: dict | None,
@@ -396,8 +420,11 @@ def segment(device: Device, system: str, npu: dict | None, att: dict | None,
     after it at the read period (``golden.system.overlap.segment_cycles``).
     The segment lasts the longer of the NPU's FLOPs and the slowest
     channel. Returns ``s`` (seconds), ``npu_s`` (the NPU's own roofline),
-    ``pim_s`` (the PIM's phase) and ``pim_channel_s`` (PIM busy
-    channel-seconds)."""
+    ``pim_s`` (the PIM's phase), ``pim_channel_s`` (PIM busy
+    channel-seconds), and what its energy is priced from: ``use`` (the
+    channels' counts, :data:`golden.energy.COUNTS`: the PIM's kernels and
+    the NPU's reads), ``broadcast_macs`` (bank MACs of the broadcast
+    rounds, which read no array) and ``npu_macs``."""
     period, tck = device.period(system), device.t_ck_ns * 1e-9
     reads = npu["reads"] if npu else 0
     flops = npu["flops_s"] if npu else 0.0
@@ -415,14 +442,23 @@ def segment(device: Device, system: str, npu: dict | None, att: dict | None,
     kept = reads * (1 - ws)
     left = np.maximum(0, kept - slots * (1 - ks)) + (reads - kept)
     chan = float(np.max(overlap.segment_cycles(phase, idle, left, period)))
+    cfg = device.cfg
+    use = read_counts(reads * ch, cfg.cols, period)
+    if att is not None:
+        use = use + att["use"]
     return {"s": max(flops, chan * tck), "npu_s": max(flops, reads * period * tck),
-            "pim_s": phase * tck, "pim_channel_s": float(work.sum()) * tck}
+            "pim_s": phase * tck, "pim_channel_s": float(work.sum()) * tck,
+            "use": use, "npu_macs": npu["macs"] if npu else 0.0,
+            # a broadcast round is one MAC on every bank of every channel
+            "broadcast_macs": rounds / device.broadcast_ccd * cfg.banks * ch}
 
 
 def _schedule(device: Device, system: str, segs, times=None) -> dict[str, float]:
     """The segments ``segs`` (``(npu, att, rounds)``) in turn, each run
     ``times[i]`` times (1 by default)."""
-    out = dict.fromkeys(("s", "npu_s", "pim_s", "pim_channel_s"), 0.0)
+    out = {**dict.fromkeys(("s", "npu_s", "pim_s", "pim_channel_s", "npu_macs",
+                            "broadcast_macs"), 0.0),
+           "use": np.zeros(len(COUNTS))}
     for i, (npu, att, rounds) in enumerate(segs):
         n = 1 if times is None else times[i]
         for k, v in segment(device, system, npu, att, rounds).items():
@@ -465,7 +501,8 @@ def layer_time(device: Device, system: str, lengths: np.ndarray,
         layers = m.layers
     return {"layer_s": t["s"] / layers, "npu_s": t["npu_s"] / layers,
             "pim_s": t["pim_s"] / layers, "pim_channel_s": t["pim_channel_s"] / layers,
-            "weight_bytes": wbytes}
+            "weight_bytes": wbytes, "use": t["use"] / layers,
+            **{k: t[k] / layers for k in ("npu_macs", "broadcast_macs")}}
 
 
 def _attacc(device: Device, lengths: np.ndarray) -> dict[str, float]:
@@ -504,8 +541,10 @@ def _attacc(device: Device, lengths: np.ndarray) -> dict[str, float]:
     t = np.maximum(flops, chan * tck)
     split = int(np.argmin(t))  # the first minimum: the fewest tokens moved
     co = segment(device, "AttAcc-like", {"flops_s": float(flops[split]),
+                                         "macs": full["macs"] * (b - split) / b,
                                          "reads": int(reads[split])},
-                 {"load": per["load"] * split, "slots": per["slots"] * split})
+                 {"load": per["load"] * split, "slots": per["slots"] * split,
+                  "use": per["use"] * split})
     out = {k: first[k] + co[k] for k in first}
     w = device.weight_bytes(attn) + (device.weight_bytes(ffn) if split < b else 0)
     out["weight_bytes"] = w + split * device.weight_bytes(ffn)
@@ -552,18 +591,61 @@ def check_latency(latency: str) -> None:
     check_one_of("dbo_latency", latency, LATENCIES)
 
 
+@dataclass(frozen=True)
+class Pricing:
+    """What a run's energy is priced with: the PIM channels' table (the
+    profile's, scaled by the scenario's ``energy`` factors), the NPU's
+    energy per MAC (``npu_pj_per_mac``) and a bank's MAC on a broadcast
+    weight word (``broadcast_pj_per_bank``: the MAC unit alone, no array
+    read)."""
+
+    params: energy_model.EnergyParams
+    npu_pj_per_mac: float
+    broadcast_pj_per_bank: float
+
+
+#: A run's energy breakdown: the PIM channels' categories
+#: (golden.energy.CATEGORIES), the broadcast rounds' MACs and the NPU's.
+ENERGY = (*(f"pim_{c}" for c in energy_model.CATEGORIES), "pim_broadcast", "npu")
+
+
+def run_energy(device: Device, pricing: Pricing, use: np.ndarray, macs: dict,
+               seconds: float, tokens: int) -> dict:
+    """The energy of a run of ``seconds`` on all ``tp`` devices, whose every
+    device counted ``use`` on its channels and ``macs`` (``npu_macs`` on its
+    NPU, ``broadcast_macs`` of bank MACs on broadcast words): the channels'
+    commands at the table, their background over the whole run and refresh
+    on the channel clock (``golden.energy.channels_energy``), the MACs at
+    the pricing's figures. Per token (the group's ``tokens``), with the
+    breakdown (:data:`ENERGY`) and the average power."""
+    cycles = seconds / (device.t_ck_ns * 1e-9)
+    counted = dict(zip(COUNTS, use, strict=True))
+    pim = energy_model.channels_energy(pricing.params, device.t_ck_ns, counted,
+                                       LIBRA_PIM.channels, cycles, device.cfg.timing.t_refi)
+    pj = {**{f"pim_{k}": v * device.tp for k, v in pim.items()},
+          "pim_broadcast": macs["broadcast_macs"] * pricing.broadcast_pj_per_bank * device.tp,
+          "npu": macs["npu_macs"] * pricing.npu_pj_per_mac * device.tp}
+    total = sum(pj.values()) * 1e-12
+    return {"energy_per_token_j": total / tokens if tokens else 0.0,
+            "power_w": total / seconds if seconds else 0.0,
+            "energy_breakdown_per_token_j": {k: v * 1e-12 / tokens if tokens else 0.0
+                                             for k, v in pj.items()}}
+
+
 def generate(device: Device, system: str, lengths: np.ndarray, steps: int,
-             latency: str = "table") -> dict:
+             latency: str = "table", pricing: Pricing | None = None) -> dict:
     """``steps`` generation steps of the group (every length grows by one
     per step); DBO decides per step under LibraPIM. ``latency``: DBO's
     times from its FLOPS formulas alone (``formula``), or (``table``, the
     paper's runtime) scaled per side by the latency table: after each step,
     each side's factor becomes the measured busy time (the NPU's roofline,
     the PIM's phases) over what the unscaled formulas predicted for the
-    plan taken."""
+    plan taken. ``pricing``: the run's energy too (:func:`run_energy`)."""
     check_latency(latency)
     m = device.model
     total = npu = pim = busy = 0.0
+    use = np.zeros(len(COUNTS))
+    macs = {"npu_macs": 0.0, "broadcast_macs": 0.0}
     wbytes = 0
     decisions = []
     table = {"npu": 1.0, "pim": 1.0}
@@ -592,6 +674,9 @@ def generate(device: Device, system: str, lengths: np.ndarray, steps: int,
         pim += t["pim_s"] * m.layers
         busy += t["pim_channel_s"] * m.layers
         wbytes += t["weight_bytes"] * m.layers
+        use += t["use"] * m.layers
+        for k in macs:
+            macs[k] += t[k] * m.layers
         if decisions:
             decisions[-1]["simulated_s"] = t["layer_s"] * m.layers
     tokens = len(lengths) * steps
@@ -600,6 +685,7 @@ def generate(device: Device, system: str, lengths: np.ndarray, steps: int,
             "pim_utilization": pim / total if total else 0.0,
             "pim_channel_utilization": busy / (LIBRA_PIM.channels * total) if total else 0.0,
             "weight_gb_per_step": wbytes / steps / 1e9,
+            **(run_energy(device, pricing, use, macs, total, tokens) if pricing else {}),
             "decisions": decisions}
 
 
@@ -703,25 +789,39 @@ def _point(p: dict) -> dict:
     spill = spills(split, *data)
     device = Device(model, p["tp"], KernelTimer(cfg, p["mode"], p["table"]), p["t_ck"],
                     p["broadcast_mac_ccd"], p["dex_overhead"], npu.flops, **spill)
+    pricing = Pricing(energy_model.scaled_params(LIBRA_PIM.profile, p["energy"]),
+                      p["npu_pj_per_mac"], p["broadcast_pj_per_bank"])
     out = {"model": model.name, "batch": p["batch"], "input": p["input"],
            "npu_array": p["npu_array"], "npu_tflops": npu.flops / 1e12, "capacity": cap,
            "dex": {"split": f"{split[0]}:{split[1]}",
                    **{k: float(f"{v:.6g}") for k, v in spill.items()}},
            "systems": {}}
     for system in p["systems"]:
-        r = generate(device, system, lengths, p["steps"], p["dbo_latency"])
-        r = {k: (float(f"{v:.6g}") if isinstance(v, float) else v) for k, v in r.items()}
+        r = generate(device, system, lengths, p["steps"], p["dbo_latency"], pricing)
+        r = {k: _round(v) for k, v in r.items()}
         if system != "LibraPIM":
             r.pop("decisions")
         else:
             r["decisions"] = [{k: (float(f"{v:.6g}") if isinstance(v, float) else v)
                                for k, v in d.items()} for d in r["decisions"]]
         out["systems"][system] = r
-    base = out["systems"].get(p["systems"][0], {}).get("tokens_per_s")
+    first = out["systems"].get(p["systems"][0], {})
+    base, joules = first.get("tokens_per_s"), first.get("energy_per_token_j")
     for r in out["systems"].values():
         r[f"speedup_over_{p['systems'][0]}"] = float(f"{r['tokens_per_s'] / base:.6g}") \
             if base else None
+        r[f"energy_over_{p['systems'][0]}"] = \
+            float(f"{r['energy_per_token_j'] / joules:.6g}") if joules else None
     return out
+
+
+def _round(v):
+    """Six significant digits, through dicts (a breakdown)."""
+    if isinstance(v, float):
+        return float(f"{v:.6g}")
+    if isinstance(v, dict):
+        return {k: _round(x) for k, x in v.items()}
+    return v
 
 
 def librapim(data: dict, sw, progress: bool | None = None) -> dict:
@@ -745,11 +845,14 @@ def librapim(data: dict, sw, progress: bool | None = None) -> dict:
                        sw, progress, slots=all_shapes, banks=overlap.BANKS)
     check_latency(data["dbo_latency"])
     check_dex_split(data["dex_split"])
+    energy_model.scaled_params(LIBRA_PIM.profile, data["energy"])
     points = [{"model": m.name, "batch": b, "input": i, "tp": data["tp"], "steps": data["steps"],
                "npu_array": a, "dbo_latency": data["dbo_latency"],
                "seed": data["seed"], "spread": data["spread"], "mode": data["mode"],
                "broadcast_mac_ccd": data["broadcast_mac_ccd"],
                "dex_overhead": data["dex_overhead"], "dex_split": data["dex_split"],
+               "energy": data["energy"], "npu_pj_per_mac": data["npu_pj_per_mac"],
+               "broadcast_pj_per_bank": data["broadcast_pj_per_bank"],
                "table": tables["static"], "t_ck": t_ck_ns(LIBRA_PIM.profile),
                "systems": systems}
               for a in data["npu_arrays"] for m in models for b in data["batches"]

@@ -148,6 +148,10 @@ class Assumptions:
     xpu_pj_per_mac: float = 0.32
     link_pj_per_byte: float = 10.4
     vector_pj_per_element: float = 0.32
+    #: Factors on the PIM profile's energy table, ``(key, factor)`` pairs
+    #: (golden.energy.scaled): the scenario's ``[energy]`` table, not an
+    #: ``[assumptions]`` key.
+    energy_scale: tuple = ()
 
 
 def channel_config(profile: str, policy: str, asm: Assumptions) -> ChannelConfig:
@@ -701,15 +705,13 @@ def step_energy(cfg: ChannelConfig, use: dict, work: dict, channels: int, cycles
     known = energy.params_for(cfg)
     if known is None:
         return None
-    span = channels * cycles
-    c = {**use, "active": min(use["active"], span),
-         "refreshes": span / cfg.timing.t_refi if cfg.timing.t_refi else 0.0}
-    pim = energy.priced(known[0], t_ck_ns, c, span)["breakdown"]
+    params = energy.scaled(known[0], dict(asm.energy_scale))
+    pim = energy.channels_energy(params, t_ck_ns, use, channels, cycles, cfg.timing.t_refi)
     pj = {**{f"pim_{k}": v for k, v in pim.items()},
           "xpu": work["xpu_macs"] * asm.xpu_pj_per_mac,
           "vector": work["elements"] * asm.vector_pj_per_element,
           "link": work["link_bytes"] * asm.link_pj_per_byte}
-    a = energy.priced(known[0], t_ck_ns, {**(attention or dict.fromkeys(COUNTS, 0.0)),
+    a = energy.priced(params, t_ck_ns, {**(attention or dict.fromkeys(COUNTS, 0.0)),
                                           "refreshes": 0.0, "active": 0.0}, 0.0)["breakdown"]
     part = {"mac": a["mac"], "io": a["io"],
             "background": share * pim["background"],

@@ -18,6 +18,7 @@ from importlib import resources
 from pathlib import Path
 
 from golden.config import ConfigError, check_one_of, read_toml
+from golden.energy import KEYS
 from golden.isa import FIELDS
 from golden.system.model import Assumptions
 
@@ -32,6 +33,9 @@ def defaults(study: str) -> dict:
     data = tomllib.loads(text)
     if study != "librapim":  # the PIMphony system model's assumptions
         data["assumptions"] = asdict(Assumptions())
+        del data["assumptions"]["energy_scale"]  # the [energy] table below
+    # factors on the PIM profile's energy table (1: as cited; docs/energy.md)
+    data["energy"] = dict.fromkeys(KEYS, 1.0)
     return data
 
 
@@ -100,6 +104,9 @@ RANGES = {
     "assumptions.xpu_pj_per_mac": Range(0, 1e3, unit="pJ"),
     "assumptions.link_pj_per_byte": Range(0, 1e4, unit="pJ"),
     "assumptions.vector_pj_per_element": Range(0, 1e4, unit="pJ"),
+    "npu_pj_per_mac": Range(0, 1e3, unit="pJ"),
+    "broadcast_pj_per_bank": Range(0, 1e4, unit="pJ"),
+    **{f"energy.{k}": Range(0, 1e3, unit="x the profile's value") for k in KEYS},
     "output_tokens": Range(1, 1 << 20, unit="tokens per request"),
     "arrival_rate": Range(0, 1e9, unit="requests/s; 0: all at once"),
 }
@@ -219,7 +226,8 @@ def load(study: str, path: str | None = None, sets=()) -> dict:
 def assumptions(data: dict) -> Assumptions:
     from golden.system.model import POLICY_BASELINES, check_hfp_weights, check_preemption
 
-    asm = Assumptions(**data["assumptions"])
+    asm = Assumptions(**data["assumptions"],
+                      energy_scale=tuple(sorted(data.get("energy", {}).items())))
     check_one_of("assumptions.baseline_policy", asm.baseline_policy, POLICY_BASELINES)
     check_hfp_weights(asm)
     check_preemption(asm)
