@@ -469,12 +469,21 @@ def cmd_sherpa(args) -> int:
 
 
 def cmd_hetero_training(args) -> int:
-    from golden.system.hetero import WORKLOADS, hetero_study
+    from golden.system.hetero import WORKLOADS, config_with, hetero_study
+    from sim import report
 
     workloads = _name_list(args.workloads, WORKLOADS, "--workloads", "workload")
     if not 0 <= args.offload_fraction <= 1:
         raise ConfigError(f"--offload-fraction must be in [0, 1], not {args.offload_fraction}")
-    _emit(hetero_study(workloads, steps=args.steps, fraction=args.offload_fraction), args.json)
+    cfg = config_with(args.set or [])
+    result = hetero_study(workloads, steps=args.steps, fraction=args.offload_fraction, cfg=cfg)
+    if args.csv:
+        report.write_csv(result, args.csv)
+    if args.plot:
+        for path in report.plot(result, args.plot):
+            print(f"wrote {path}", file=sys.stderr)
+    if args.json or not (args.csv or args.plot):
+        _emit(result, args.json)
     return 0
 
 
@@ -530,7 +539,8 @@ STUDY_OPTIONS = {
     "dpa-program-size": {"d_head", "json"},
     "dpa-capacity": {"chunk_bytes", "json", "requests", "seed"},
     "sherpa": {"json", "seq_lens", "split_bytes"},
-    "hetero-training": {"json", "offload_fraction", "steps", "workloads"},
+    "hetero-training": {"csv", "json", "offload_fraction", "plot", "set", "steps",
+                        "workloads"},
     "jitq": {"json", "models"},
     **{s: _SYSTEM_OPTIONS for s in ("pimphony", "pimphony-scaling", "pimphony-gpu",
                                     "pimphony-serving", "tcp-activation", "librapim",

@@ -22,8 +22,17 @@ def flatten(row: dict, prefix: str = "") -> dict:
     return out
 
 
+def _records(result: dict) -> list[dict]:
+    """The CSV's rows: the study's rows, or (hetero-training) one per
+    workload and mode."""
+    if result.get("study") == "hetero-training":
+        return [flatten({"workload": r["workload"], "batch": r["batch"], "mode": mode, **m})
+                for r in result["rows"] for mode, m in r["modes"].items()]
+    return [flatten(r) for r in result["rows"]]
+
+
 def write_csv(result: dict, path: str) -> None:
-    records = [flatten(r) for r in result["rows"]]
+    records = _records(result)
     columns: list[str] = []
     for r in records:
         columns += [c for c in r if c not in columns]
@@ -76,7 +85,7 @@ def plot(result: dict, out_dir: str) -> list[str]:
     return {"pimphony": _plot_pimphony, "pimphony-scaling": _plot_scaling,
             "pimphony-gpu": _plot_gpu, "pimphony-serving": _plot_serving,
             "tcp-activation": _plot_tcp,
-            "librapim": _plot_librapim,
+            "librapim": _plot_librapim, "hetero-training": _plot_hetero,
             "pimphony-energy": _plot_energy}[result["study"]](result, out)
 
 
@@ -367,3 +376,27 @@ def _plot_librapim_energy(plt, rows, models, inputs, batch, out: Path) -> list[s
         ax.set_title(f"{model}, batch {batch}")
     axes[0][-1].legend(fontsize=6)
     return [_save(plt, fig, out / "librapim-energy.png")]
+
+
+def _plot_hetero(result: dict, out: Path) -> list[str]:
+    """Per workload and mode: step time, dynamic energy and energy-delay
+    product over the CPU's, and the average power."""
+    plt = _pyplot()
+    rows = result["rows"]
+    modes = list(rows[0]["modes"]) if rows else []
+    metrics = (("speedup_vs_cpu", "speedup over CPU"),
+               ("dynamic_energy_vs_cpu", "dynamic energy over CPU"),
+               ("edp_vs_cpu", "EDP over CPU"), ("power_w", "average power (W)"))
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.8), squeeze=False)
+    width = 0.8 / max(1, len(modes))
+    for ax, (key, label) in zip(axes[0], metrics, strict=True):
+        for k, mode in enumerate(modes):
+            ax.bar([i + k * width for i in range(len(rows))],
+                   [r["modes"][mode][key] for r in rows], width, label=mode)
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(rows))],
+                      [r["workload"] for r in rows], fontsize=7)
+        ax.set_ylabel(label)
+        if key != "power_w":
+            ax.set_yscale("log")
+    axes[0][-1].legend(fontsize=6)
+    return [_save(plt, fig, out / "hetero-training.png")]

@@ -142,6 +142,22 @@ def test_cli_hetero_training_json(capsys):
     assert row["workload"] == "AlexNet" and row["modes"]["hetero"]["speedup_vs_cpu"] > 1
 
 
+
+def test_cli_hetero_training_energy_csv_and_plot(tmp_path):
+    """Energy columns per workload and mode in the CSV, an energy figure,
+    and --set of an energy figure."""
+    out = tmp_path / "h.csv"
+    assert main(["run", "hetero-training", "--workloads", "AlexNet", "--steps", "1",
+                 "--set", "cpu_idle_w=0", "--csv", str(out), "--plot", str(tmp_path)]) == 0
+    import csv
+
+    rows = list(csv.DictReader(out.open()))
+    assert [r["mode"] for r in rows][:4] == ["cpu-only", "prog-only", "fixed-only", "hetero"]
+    for r in rows:
+        assert float(r["dynamic_energy_j"]) > 0 and float(r["edp_js"]) > 0
+    assert (tmp_path / "hetero-training.png").stat().st_size > 0
+
+
 def test_cli_jitq_json(capsys):
     assert main(["run", "jitq", "--models", "bert-345M", "--json", "-"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -258,6 +274,7 @@ def test_cli_librapim_npu_sweep_plot(tmp_path, capsys):
     (["run", "hetero-training", "--workloads", "VGG"], "unknown workload 'VGG'"),
     (["run", "jitq", "--models", "gpt-4"], "unknown model 'gpt-4'"),
     (["run", "hetero-training", "--offload-fraction", "2"], "--offload-fraction must be in"),
+    (["run", "hetero-training", "--set", "fixed_hz=1"], "hetero-training takes KEY=VALUE"),
     (["sim", "--stream-commands", "0"], "--stream-commands: must be in [1, 10000000]"),
     (["sim", "--test", "no_such_test", "--no-hub", "--no-alu"], "unknown test(s) no_such_test"),
     (["regress", "--commands", "0"], "--commands: must be in [1, 100000000], not 0"),

@@ -178,3 +178,74 @@ def test_study_rows():
     assert set(row["modes"]) >= set(MODES) | {"hetero-no-pipelining", "hetero-no-recursion"}
     assert row["modes"]["cpu-only"]["speedup_vs_cpu"] == 1.0
     assert list(row["profile"])[0] in HETERO_PROFILE["AlexNet"]
+
+
+def test_energy_of_a_schedule_by_hand():
+    """A CPU run, then a fixed-function run on its output (flushed from the
+    CPU's caches), then the programmable PIM with and without a recursive
+    kernel (docs/hetero.md, "Energy")."""
+    from golden.system.hetero import DRAM_PJ_PER_BYTE, Op, run_energy
+
+    cfg = HeteroConfig(cpu_dynamic_w=50.0, cpu_idle_w=10.0, link_pj_per_byte=40.0,
+                       network_pj_per_byte=8.0, prog_core_w=0.5, stack_static_w=1.0)
+    a = Op(0, "a", "MatMul", 0, muladd=2e9, other=0, nbytes=4_000_000, out_bytes=1_000_000,
+           cpu_s=0.01)
+    b = Op(1, "b", "MatMul", 0, muladd=4e9, other=0, nbytes=8_000_000, out_bytes=1_000,
+           deps=[0])
+    c = Op(2, "c", "Softmax", 0, muladd=1e9, other=1e9, nbytes=2_000_000, out_bytes=1_000,
+           deps=[0])
+    ops = [a, b, c]
+    dev = Devices(cfg, ops)
+    dev.advance(dev.work_info(dev.cpu_run(a))["end"])
+    hb = dev.pim_fix(b, 40)
+    hc = dev.pim_prog(c, 16)  # recursive: c's multiply/add on 16 fixed-function units
+    runs = list(dev.runs.values())
+    end = max(r.end for r in runs)
+    dev.advance(end)
+    rb, rc = dev.runs[hb], dev.runs[hc]
+    assert rb.flush_bytes == rc.flush_bytes == a.out_bytes and rc.recursive
+    remote = sum(max(0.0, u / 40 - 1 / 32) for u in rb.units) * b.nbytes \
+        + sum(max(0.0, u / 16 - 1 / 32) for u in rc.units) * c.nbytes
+    assert remote > 0  # 40 and 16 units cannot spread evenly over 32 vaults
+    e = run_energy(ops, runs, end, cfg)["breakdown"]
+    assert e["cpu"] == pytest.approx(50.0 * 0.01)
+    assert e["link"] == pytest.approx((a.nbytes + 2 * a.out_bytes) * 40e-12)
+    assert e["dram"] == pytest.approx((a.nbytes + b.nbytes + c.nbytes + 2 * a.out_bytes)
+                                      * DRAM_PJ_PER_BYTE * 1e-12)
+    assert e["fixed"] == pytest.approx((b.muladd + c.muladd) * cfg.fixed_pj_per_flop * 1e-12)
+    assert e["prog"] == pytest.approx(4 * 0.5 * rc.operation)
+    assert e["network"] == pytest.approx(remote * 8e-12)
+    assert e["static"] == pytest.approx((10.0 + 1.0) * end)
+    # without the recursive kernel the cores do the multiply/add part
+    # themselves: longer on the cores, and no fixed-function FLOPs for it
+    solo = Devices(cfg, ops)
+    solo.advance(solo.work_info(solo.cpu_run(a))["end"])
+    h = solo.pim_prog(c)
+    r = solo.runs[h]
+    assert not r.recursive and r.operation > rc.operation
+    alone = run_energy(ops, list(solo.runs.values()), r.end, cfg)["breakdown"]
+    assert alone["fixed"] == 0 and alone["prog"] == pytest.approx(4 * 0.5 * r.operation)
+    assert alone["prog"] > e["prog"]
+
+
+def test_study_energy_columns_and_overrides():
+    from golden.config import ConfigError
+    from golden.system.hetero import config_with, hetero_study
+
+    base = hetero_study(("AlexNet",), steps=1)["rows"][0]["modes"]
+    for m in base.values():
+        assert m["energy_j"] == pytest.approx(sum(m["energy_breakdown_j"].values()), rel=1e-4)
+        assert m["dynamic_energy_j"] == pytest.approx(
+            m["energy_j"] - m["energy_breakdown_j"]["static"], rel=1e-4)
+        assert m["power_w"] == pytest.approx(m["energy_j"] / (m["step_ms"] * 1e-3), rel=1e-4)
+        assert m["edp_js"] == pytest.approx(m["energy_j"] * m["step_ms"] * 1e-3, rel=1e-4)
+    assert base["cpu-only"]["energy_breakdown_j"]["fixed"] == 0
+    assert base["hetero"]["dynamic_energy_vs_cpu"] < 1
+    cheap = hetero_study(("AlexNet",), steps=1, cfg=config_with(["cpu_dynamic_w=30"]))
+    m = cheap["rows"][0]["modes"]["cpu-only"]
+    assert m["energy_breakdown_j"]["cpu"] == pytest.approx(
+        base["cpu-only"]["energy_breakdown_j"]["cpu"] / 2, rel=1e-4)
+    with pytest.raises(ConfigError, match="KEY one of fixed_pj_per_flop"):
+        config_with(["fixed_hz=1"])
+    with pytest.raises(ConfigError, match="not a number in"):
+        config_with(["prog_core_w=-1"])

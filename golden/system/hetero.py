@@ -47,6 +47,7 @@ import bisect
 import math
 from dataclasses import dataclass, field, replace
 
+from golden.energy import energy_params
 from golden.system.reference import (
     HETERO_BANK_GRID,
     HETERO_BANKS,
@@ -62,6 +63,16 @@ WORKLOADS = tuple(HETERO_PROFILE)
 MODES = ("cpu-only", "prog-only", "fixed-only", "hetero")
 LINE = 64
 F32 = 4
+#: The stack's DRAM, from the hbm2-pim profile's energy table (an
+#: assumption: an HMC vault taken to cost what an HBM2 pseudo-channel
+#: does; docs/energy.md has the table's sources): a byte read or written
+#: in the array (a 32 B word from the cell to the TSVs, 814.08 pJ), and a
+#: vault's precharged standby (24 mW).
+_HBM2 = energy_params("hbm2-pim")
+DRAM_PJ_PER_BYTE = _HBM2.rd_pj / 32
+VAULT_STANDBY_W = _HBM2.pre_standby_mw * 1e-3
+#: The energy breakdown of a run (:func:`run_energy`).
+ENERGY = ("cpu", "prog", "fixed", "dram", "link", "network", "static")
 
 
 @dataclass(frozen=True)
@@ -86,6 +97,18 @@ class HeteroConfig:
     fix_sync_s: float = 2e-6  # pim_fix launch + pim_status completion
     prog_sync_s: float = 5e-6  # pim_prog launch + completion
     min_units: int = 8  # smallest fixed-function allocation
+    # energy (docs/hetero.md, "Energy"). A fixed-function unit's FP32
+    # multiply or add, per FLOP: Horowitz, "Computing's energy problem",
+    # ISSCC 2014, 45 nm (multiply 3.7 pJ, add 0.9 pJ), their mean.
+    fixed_pj_per_flop: float = 2.3
+    # assumptions (no published figure for this system)
+    prog_core_w: float = 0.5  # one Cortex-A9 core busy at 2 GHz
+    cpu_dynamic_w: float = 60.0  # the host CPU busy, above its idle power
+    cpu_idle_w: float = 20.0  # the host CPU's idle power, over the whole step
+    link_pj_per_byte: float = 40.0  # host <-> stack serial link (5 pJ/bit)
+    network_pj_per_byte: float = 8.0  # the logic layer's network between vaults (1 pJ/bit)
+    dram_pj_per_byte: float = DRAM_PJ_PER_BYTE
+    stack_static_w: float = HETERO_BANKS * VAULT_STANDBY_W
 
     def __post_init__(self):
         if self.placement not in ("edge", "uniform"):
@@ -93,6 +116,35 @@ class HeteroConfig:
         for name in ("fixed_units", "prog_cores", "min_units"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
+
+
+#: The HeteroConfig keys ``pimorch run hetero-training --set KEY=VALUE``
+#: overrides: the energy figures (numbers >= 0; docs/hetero.md).
+ENERGY_KEYS = ("fixed_pj_per_flop", "prog_core_w", "cpu_dynamic_w", "cpu_idle_w",
+               "link_pj_per_byte", "network_pj_per_byte", "dram_pj_per_byte",
+               "stack_static_w")
+
+
+def config_with(pairs) -> HeteroConfig:
+    """The default HeteroConfig with ``KEY=VALUE`` pairs of
+    :data:`ENERGY_KEYS` (each a number in [0, 1e6])."""
+    from golden.config import ConfigError
+
+    values = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        key = key.strip()
+        if not sep or key not in ENERGY_KEYS:
+            raise ConfigError(f"--set {pair!r}: hetero-training takes KEY=VALUE with KEY one "
+                              f"of {', '.join(ENERGY_KEYS)}")
+        try:
+            v = float(text)
+        except ValueError:
+            v = math.nan
+        if not 0 <= v <= 1e6:
+            raise ConfigError(f"--set {key}: {text.strip()!r} is not a number in [0, 1e6]")
+        values[key] = v
+    return replace(HeteroConfig(), **values)
 
 
 def placement(units: int = HETERO_FIXED_UNITS, policy: str = "edge") -> list[int]:
@@ -385,6 +437,8 @@ class Run:
     movement: float
     sync: float
     recursive: bool = False
+    remote_bytes: float = 0.0  # read from other vaults over the network
+    flush_bytes: float = 0.0  # CPU-produced inputs written back from its caches
 
 
 def stream_seconds(op: Op, cfg: HeteroConfig) -> float:
@@ -493,10 +547,22 @@ class Devices:
             held[b] += 1
         return held
 
+    def _dirty(self, op: Op) -> int:
+        """Bytes of ``op``'s inputs produced on the CPU (in its caches)."""
+        return sum(self.ops[d].out_bytes for d in op.deps if self.where.get(d) == "cpu")
+
     def _flush(self, op: Op) -> float:
         """Inputs produced on the CPU are written back from its caches."""
-        dirty = sum(self.ops[d].out_bytes for d in op.deps if self.where.get(d) == "cpu")
-        return dirty / (self.cfg.cpu_gbs * 1e9)
+        return self._dirty(op) / (self.cfg.cpu_gbs * 1e9)
+
+    @staticmethod
+    def _remote(op: Op, held: list[int]) -> float:
+        """Bytes ``op``'s units read from other vaults: its work is spread
+        over the units, its data evenly over all banks, so a bank whose
+        units take more than 1/32 of the work reads the rest remotely."""
+        units = sum(held)
+        return sum(max(0.0, u / units - 1 / HETERO_BANKS) for u in held) * op.nbytes \
+            if units else 0.0
 
     def _prog_time(self, op: Op, held: list[int]) -> tuple[float, float, float]:
         cfg = self.cfg
@@ -510,17 +576,16 @@ class Devices:
     def _fixed_time(self, op: Op, held: list[int]) -> tuple[float, float]:
         cfg, units = self.cfg, sum(held)
         compute = op.muladd / (2 * units * cfg.fixed_hz)
-        # work is spread over the units, data evenly over all banks: a bank
-        # whose units take more than 1/32 of the work reads the rest remotely
-        remote = sum(max(0.0, u / units - 1 / HETERO_BANKS) for u in held) * op.nbytes
         return (max(compute, stream_seconds(op, cfg)),
-                remote / (cfg.network_gbs * 1e9) + self._flush(op))
+                self._remote(op, held) / (cfg.network_gbs * 1e9) + self._flush(op))
 
     def _start(self, op, device, held, operation, movement, sync) -> int:
         h = len(self.runs)
         end = self.now + operation + movement + sync
+        pim = device != "cpu"
         self.runs[h] = self.live[h] = Run(h, op.id, device, self.now, end, held, operation,
-                                          movement, sync)
+                                          movement, sync, remote_bytes=self._remote(op, held),
+                                          flush_bytes=self._dirty(op) if pim else 0)
         self.where[op.id] = device
         return h
 
@@ -665,6 +730,36 @@ def critical_path(ops: list[Op], runs: list[Run]) -> dict:
     return cats
 
 
+def run_energy(ops: list[Op], runs: list[Run], makespan: float, cfg: HeteroConfig) -> dict:
+    """Energy (J) of a schedule, by :data:`ENERGY`: the host CPU busy at
+    ``cpu_dynamic_w`` for each of its runs; the programmable PIM's cores at
+    ``prog_core_w`` each for a run's operation (a recursive kernel's
+    multiply/add part goes to its fixed-function units); the fixed-function
+    units' FLOPs at ``fixed_pj_per_flop``; every op's bytes in the stack's
+    DRAM at ``dram_pj_per_byte``, and the CPU-produced inputs a PIM run
+    flushes written there too; the bytes crossing the host link (a CPU
+    run's, a flush's) at ``link_pj_per_byte``; remote vault reads at
+    ``network_pj_per_byte``; static: the CPU's idle power and the stack's
+    standby over the makespan. ``dynamic`` is all but ``static``."""
+    e = dict.fromkeys(ENERGY, 0.0)
+    for r in runs:
+        op = ops[r.op]
+        e["dram"] += (op.nbytes + r.flush_bytes) * cfg.dram_pj_per_byte * 1e-12
+        e["network"] += r.remote_bytes * cfg.network_pj_per_byte * 1e-12
+        if r.device == "cpu":
+            e["cpu"] += cfg.cpu_dynamic_w * (r.end - r.start)
+            e["link"] += op.nbytes * cfg.link_pj_per_byte * 1e-12
+            continue
+        e["link"] += r.flush_bytes * cfg.link_pj_per_byte * 1e-12
+        if r.device == "fixed" or r.recursive:
+            e["fixed"] += op.muladd * cfg.fixed_pj_per_flop * 1e-12
+        if r.device == "prog":
+            e["prog"] += cfg.prog_core_w * cfg.prog_cores * r.operation
+    e["static"] = (cfg.cpu_idle_w + cfg.stack_static_w) * makespan
+    return {"total": sum(e.values()), "dynamic": sum(v for k, v in e.items() if k != "static"),
+            "breakdown": e}
+
+
 def scenario(workload: str, mode: str, steps: int = 4, fraction: float = 0.9,
              cfg: HeteroConfig = HeteroConfig(), pipelining: bool = True,
              recursive: bool = True) -> dict:
@@ -691,6 +786,9 @@ def scenario(workload: str, mode: str, steps: int = 4, fraction: float = 0.9,
             busy[r.device] += r.end - r.start
         unit_s += sum(r.units) * (r.end - r.start)
     cats = critical_path(ops, runs)
+    spent = run_energy(ops, runs, makespan, cfg)
+    step_s = makespan / steps
+    total = spent["total"] / steps
     return {
         "workload": workload, "mode": mode, "steps": steps,
         "step_ms": round(1e3 * makespan / steps, 4),
@@ -704,6 +802,13 @@ def scenario(workload: str, mode: str, steps: int = 4, fraction: float = 0.9,
         "pipelined_ops": out["pipelined_ops"],
         "offloaded": offload,
         "pipelining": pipelining, "recursive": recursive,
+        # energy per step (docs/hetero.md, "Energy")
+        "energy_j": float(f"{total:.6g}"),
+        "dynamic_energy_j": float(f"{spent['dynamic'] / steps:.6g}"),
+        "energy_breakdown_j": {k: float(f"{v / steps:.6g}")
+                               for k, v in spent["breakdown"].items()},
+        "power_w": float(f"{total / step_s:.6g}"),
+        "edp_js": float(f"{total * step_s:.6g}"),
     }
 
 
@@ -722,9 +827,11 @@ def hetero_study(workloads=WORKLOADS, steps: int = 4, fraction: float = 0.9,
                                                recursive=False)
         runs["hetero-uniform-placement"] = scenario(w, "hetero", steps, fraction,
                                                     replace(cfg, placement="uniform"))
-        base = runs["cpu-only"]["step_ms"]
+        base, cpu = runs["cpu-only"]["step_ms"], runs["cpu-only"]
         for r in runs.values():
             r["speedup_vs_cpu"] = round(base / r["step_ms"], 4)
+            r["dynamic_energy_vs_cpu"] = round(r["dynamic_energy_j"] / cpu["dynamic_energy_j"], 4)
+            r["edp_vs_cpu"] = round(r["edp_js"] / cpu["edp_js"], 4)
         rows.append({
             "workload": w, "batch": HETERO_BATCH[w], "ops_per_step": len(ops),
             "profile": {k: {"share": round(t["time_s"] / total, 4), "accesses": t["accesses"],
@@ -732,7 +839,7 @@ def hetero_study(workloads=WORKLOADS, steps: int = 4, fraction: float = 0.9,
                         for k, t in sorted(types.items(), key=lambda kv: -kv[1]["time_s"])},
             "modes": runs,
         })
-    return {"config": {k: v for k, v in cfg.__dict__.items()},
+    return {"study": "hetero-training", "config": {k: v for k, v in cfg.__dict__.items()},
             "fixed_units_per_bank": placement(cfg.fixed_units, cfg.placement),
             "offload_fraction": fraction, "rows": rows}
 
