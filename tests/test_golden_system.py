@@ -696,6 +696,23 @@ def test_gpu_step_is_the_roofline_by_hand():
     assert r["step_s"] == pytest.approx(3 * (fc + att + link), rel=1e-9)
     assert r["breakdown_s"]["attention"] == pytest.approx(3 * att)
     assert r["tokens_per_s"] == pytest.approx(2 / r["step_s"])
+    # energy: the weights once and every K/V byte from HBM and once
+    # through L2/L1/registers, the MACs, the all-reduces, static power
+    hbm = 3 * (sum(2 * i * o for i, o in mats) + 4000 * 2 * 2 * 128 * 2)
+    macs = 3 * (2 * sum(i * o for i, o in mats) + 4000 * 2 * 2 * 1 * 128)
+    sent = 3 * 2 * 2 * 2 * 256 * 2 * (2 - 1)  # both GPUs' all-reduce bytes
+    e = r["breakdown_j"]
+    assert e["hbm"] == pytest.approx(hbm * 28.72e-12)
+    assert e["sram"] == pytest.approx(hbm * 3.7475e-12)
+    assert e["mac"] == pytest.approx(macs * 0.32e-12)
+    assert e["link"] == pytest.approx(sent * 10.4e-12)
+    assert e["static"] == pytest.approx(2 * 50.0 * r["step_s"])
+    assert r["energy_per_token_j"] == pytest.approx(sum(e.values()) / 2)
+    # two pipeline stages: each micro-batch reads the weights, one hand-off
+    pp = gpu_step(TINY, gpu, lengths, 1, 2, asm)
+    assert pp["breakdown_j"]["link"] == pytest.approx(2 * 256 * 2 * 10.4e-12)
+    assert pp["breakdown_j"]["hbm"] == pytest.approx(
+        (2 * 3 * sum(2 * i * o for i, o in mats) + 3 * 4000 * 2 * 2 * 128 * 2) * 28.72e-12)
 
 
 def test_gpu_baseline_is_memory_matched_with_paged_admission():

@@ -148,6 +148,15 @@ class Assumptions:
     xpu_pj_per_mac: float = 0.32
     link_pj_per_byte: float = 10.4
     vector_pj_per_element: float = 0.32
+    #: The GPU baseline's energy (docs/energy.md): a byte from HBM (the
+    #: AttAcc simulator's GPU memory figure, 28.72 pJ/B), the same byte
+    #: through L2, L1 and the register file once each (its 2.4 + 1.28 +
+    #: 0.0675 pJ/B), its MACs at ``xpu_pj_per_mac``, NVLink at
+    #: ``link_pj_per_byte``; and a GPU's static power over the step
+    #: (project assumption: no published figure here).
+    gpu_hbm_pj_per_byte: float = 28.72
+    gpu_sram_pj_per_byte: float = 3.7475
+    gpu_static_w: float = 50.0
     #: Factors on the PIM profile's energy table, ``(key, factor)`` pairs
     #: (golden.energy.scaled): the scenario's ``[energy]`` table, not an
     #: ``[assumptions]`` key.
@@ -837,12 +846,19 @@ def gpu_step(model: Model, gpu: Gpu, lengths: np.ndarray, tp: int, pp: int,
     of the GPU's KV heads once per step, split over the KV length so the
     whole GPU streams it, at the same HBM rate; its FLOPs (4 x group x
     d_head per token and KV head) count where longer. TP all-reduces twice
-    per layer over NVLink; a pipeline stage hands its activations on."""
+    per layer over NVLink; a pipeline stage hands its activations on.
+
+    Energy (``energy_j``, ``breakdown_j``): every byte each micro-batch
+    reads from HBM (the weights, the K and V) at ``gpu_hbm_pj_per_byte``
+    and once through L2, L1 and registers at ``gpu_sram_pj_per_byte``; its
+    MACs at ``xpu_pj_per_mac``; the all-reduce and hand-off bytes at
+    ``link_pj_per_byte``; every GPU's ``gpu_static_w`` over the step."""
     bw = gpu.hbm_gbs * 1e9 * asm.gpu_bandwidth_efficiency
     flops = gpu.bf16_tflops * 1e12 * asm.gpu_flops_efficiency
     kvh = model.kv_heads // tp
     layers = [model.layers // pp + (s < model.layers % pp) for s in range(pp)]
     per_mb, parts = [], []
+    use = {"bytes": 0.0, "macs": 0.0, "link": 0.0}
     for m in range(pp):
         lens = np.asarray(lengths[m::pp], dtype=np.int64)
         b = len(lens)
@@ -855,6 +871,14 @@ def gpu_step(model: Model, gpu: Gpu, lengths: np.ndarray, tp: int, pp: int,
                 if tp > 1 and b else 0.0)
         parts.append({"fc": fc, "attention": attention, "link_io": link})
         per_mb.append(b)
+        if b:  # energy: this micro-batch through every layer, on all tp GPUs
+            n = model.layers
+            use["bytes"] += n * (sum(2 * i * o for i, o in fc_matrices(model))
+                                 + tokens * model.kv_heads * 2 * model.d_head * 2)
+            use["macs"] += n * (b * sum(i * o for i, o in fc_matrices(model))
+                                + tokens * model.kv_heads * 2 * model.group * model.d_head)
+            use["link"] += n * 2 * 2 * b * model.d_model * 2 * (tp - 1) if tp > 1 else 0
+            use["link"] += b * model.d_model * 2 * (pp - 1)  # the stages' hand-offs
     hand_off = [b * model.d_model * 2 / (gpu.link_gbs * 1e9) if pp > 1 else 0.0
                 for b in per_mb]
     t = np.array([[sum(p.values()) * n + hand_off[m] for n in layers]
@@ -863,9 +887,17 @@ def gpu_step(model: Model, gpu: Gpu, lengths: np.ndarray, tp: int, pp: int,
     breakdown = {k: sum(p[k] for p in parts) * model.layers / pp for k in parts[0]}
     breakdown["link_io"] += sum(hand_off)
     breakdown["pipeline_bubbles"] = period - sum(breakdown.values())
+    pj = {"mac": use["macs"] * asm.xpu_pj_per_mac,
+          "hbm": use["bytes"] * asm.gpu_hbm_pj_per_byte,
+          "sram": use["bytes"] * asm.gpu_sram_pj_per_byte,
+          "link": use["link"] * asm.link_pj_per_byte,
+          "static": tp * pp * asm.gpu_static_w * period * 1e12}
+    total = sum(pj.values()) * 1e-12
     return {"tp": tp, "pp": pp, "batch": int(len(lengths)), "step_s": period,
             "tokens_per_s": len(lengths) / period if period else 0.0,
-            "breakdown_s": breakdown}
+            "breakdown_s": breakdown, "energy_j": total,
+            "energy_per_token_j": total / len(lengths) if len(lengths) else 0.0,
+            "breakdown_j": {k: v * 1e-12 for k, v in pj.items()}}
 
 
 def evaluate_gpu(model: Model, gpu: Gpu, lengths: np.ndarray, capacity_gb: int,

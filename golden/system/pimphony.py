@@ -312,7 +312,12 @@ def pimphony_gpu(data: dict, sw: sweep.Sweep, progress: bool | None = None) -> d
                      "gpu": _result(g), "pim": {f"{r['system']} {r['step']}": {
                          "tokens_per_s": r["tokens_per_s"], "batch": r["batch"],
                          "over_gpu": _r(r["tokens_per_s"] / g["tokens_per_s"])
-                         if g["tokens_per_s"] else None} for r in pim_rows}})
+                         if g["tokens_per_s"] else None,
+                         **({"energy_per_token_j": _r(r["energy_per_token_j"]),
+                             "energy_over_gpu": _r(r["energy_per_token_j"]
+                                                   / g["energy_per_token_j"])}
+                            if "energy_per_token_j" in r and g["energy_per_token_j"] else {})}
+                         for r in pim_rows}})
     return {"study": "pimphony-gpu", "scenario": data, "gpu": vars(gpu),
             "modules": pim["modules"], "rows": rows,
             "wall_s": round(time.perf_counter() - started, 2)}
