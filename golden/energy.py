@@ -200,6 +200,16 @@ def priced(params: EnergyParams, t_ck_ns: float, counts, cycles):
     return {"total_pj": sum(e.values()), "breakdown": e}
 
 
+def row_reads(words: float, cols: int, period: float) -> dict[str, float]:
+    """The :data:`COUNTS` of a stream of ``words`` normal 32 B reads of
+    whole rows in turn (an xPU's or NPU's weight stream): an ACT and a PRE
+    per ``cols`` words, each read holding a row open for ``period`` cycles
+    (the reads alone, ``KernelTimer.read_period``)."""
+    n = dict.fromkeys(COUNTS, 0.0)
+    n.update(rds=words, acts=words / cols, pres=words / cols, active=words * period)
+    return n
+
+
 def channels_energy(params: EnergyParams, t_ck_ns: float, counts: dict, channels: int,
                     cycles: float, t_refi: int) -> dict[str, float]:
     """Energy (pJ per :data:`CATEGORIES`) of ``channels`` channels over

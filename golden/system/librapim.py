@@ -400,15 +400,6 @@ def counts(got: dict) -> np.ndarray:
     return np.array([float(np.sum(got[c])) for c in COUNTS])
 
 
-def read_counts(words: float, cols: int, period: float) -> np.ndarray:
-    """The energy counts of the NPU's ``words`` 32 B reads: whole rows read
-    in turn (an ACT and a PRE per ``cols`` words), each read holding a row
-    open for ``period`` cycles (the reads alone, :meth:`Device.period`)."""
-    n = dict.fromkeys(COUNTS, 0.0)
-    n.update(rds=words, acts=words / cols, pres=words / cols, active=words * period)
-    return np.array([n[c] for c in COUNTS])
-
-
 def segment(device: Device, system: str, npu: dict | None, att: dict | None,
             rounds: float = 0.0) -> dict[str, float]:
     """The NPU's work ``npu`` (FLOP seconds, weight reads per channel) beside
@@ -443,7 +434,8 @@ def segment(device: Device, system: str, npu: dict | None, att: dict | None,
     left = np.maximum(0, kept - slots * (1 - ks)) + (reads - kept)
     chan = float(np.max(overlap.segment_cycles(phase, idle, left, period)))
     cfg = device.cfg
-    use = read_counts(reads * ch, cfg.cols, period)
+    stream = energy_model.row_reads(reads * ch, cfg.cols, period)  # the NPU's reads
+    use = np.array([stream[c] for c in COUNTS])
     if att is not None:
         use = use + att["use"]
     return {"s": max(flops, chan * tck), "npu_s": max(flops, reads * period * tck),

@@ -675,13 +675,9 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
 
 def _weight_reads(use: dict, words: float, cfg: ChannelConfig, period: float) -> None:
     """Add the xPU's weight stream of ``words`` 32 B reads to the PIM
-    channels' counts ``use``: whole rows read in turn (an ACT and a PRE
-    per ``cols`` words), each read holding a row open for ``period``
-    cycles (:meth:`KernelTimer.read_period`)."""
-    use["rds"] += words
-    use["acts"] += words / cfg.cols
-    use["pres"] += words / cfg.cols
-    use["active"] += words * period
+    channels' counts ``use`` (``golden.energy.row_reads``)."""
+    for k, v in energy.row_reads(words, cfg.cols, period).items():
+        use[k] += v
 
 
 #: The step's components that are attention's (the rest: the FC layers,
