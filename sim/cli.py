@@ -468,15 +468,11 @@ def cmd_sherpa(args) -> int:
     return 0
 
 
-def cmd_hetero_training(args) -> int:
-    from golden.system.hetero import WORKLOADS, config_with, hetero_study
+def _outputs(result: dict, args) -> int:
+    """A study's result as CSV (``--csv``), figures (``--plot``) and JSON
+    (``--json``, or stdout when no other output was asked for)."""
     from sim import report
 
-    workloads = _name_list(args.workloads, WORKLOADS, "--workloads", "workload")
-    if not 0 <= args.offload_fraction <= 1:
-        raise ConfigError(f"--offload-fraction must be in [0, 1], not {args.offload_fraction}")
-    cfg = config_with(args.set or [])
-    result = hetero_study(workloads, steps=args.steps, fraction=args.offload_fraction, cfg=cfg)
     if args.csv:
         report.write_csv(result, args.csv)
     if args.plot:
@@ -485,6 +481,17 @@ def cmd_hetero_training(args) -> int:
     if args.json or not (args.csv or args.plot):
         _emit(result, args.json)
     return 0
+
+
+def cmd_hetero_training(args) -> int:
+    from golden.system.hetero import WORKLOADS, config_with, hetero_study
+
+    workloads = _name_list(args.workloads, WORKLOADS, "--workloads", "workload")
+    if not 0 <= args.offload_fraction <= 1:
+        raise ConfigError(f"--offload-fraction must be in [0, 1], not {args.offload_fraction}")
+    cfg = config_with(args.set or [])
+    result = hetero_study(workloads, steps=args.steps, fraction=args.offload_fraction, cfg=cfg)
+    return _outputs(result, args)
 
 
 def cmd_jitq(args) -> int:
@@ -498,7 +505,6 @@ def cmd_jitq(args) -> int:
 def cmd_system_study(args) -> int:
     """pimphony, pimphony-scaling, tcp-activation, librapim: scenario-driven studies."""
     from golden.system.pimphony import run
-    from sim import report
 
     if args.show_scenario:
         from golden.system.scenario import load
@@ -508,14 +514,7 @@ def cmd_system_study(args) -> int:
     result = run(args.study, args.scenario, args.set, args.scheduler, args.progress)
     for warning in result.get("warnings", ()):
         print(f"warning: {warning}", file=sys.stderr)
-    if args.csv:
-        report.write_csv(result, args.csv)
-    if args.plot:
-        for path in report.plot(result, args.plot):
-            print(f"wrote {path}", file=sys.stderr)
-    if args.json or not (args.csv or args.plot):
-        _emit(result, args.json)
-    return 0
+    return _outputs(result, args)
 
 
 STUDIES = {"gemv": cmd_gemv, "dcs-utilization": cmd_dcs_utilization,

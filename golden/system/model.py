@@ -855,6 +855,7 @@ def gpu_step(model: Model, gpu: Gpu, lengths: np.ndarray, tp: int, pp: int,
     layers = [model.layers // pp + (s < model.layers % pp) for s in range(pp)]
     per_mb, parts = [], []
     use = {"bytes": 0.0, "macs": 0.0, "link": 0.0}
+    fc_macs = sum(i * o for i, o in fc_matrices(model))  # a token's, per layer
     for m in range(pp):
         lens = np.asarray(lengths[m::pp], dtype=np.int64)
         b = len(lens)
@@ -869,9 +870,8 @@ def gpu_step(model: Model, gpu: Gpu, lengths: np.ndarray, tp: int, pp: int,
         per_mb.append(b)
         if b:  # energy: this micro-batch through every layer, on all tp GPUs
             n = model.layers
-            use["bytes"] += n * (sum(2 * i * o for i, o in fc_matrices(model))
-                                 + tokens * model.kv_heads * 2 * model.d_head * 2)
-            use["macs"] += n * (b * sum(i * o for i, o in fc_matrices(model))
+            use["bytes"] += n * (2 * fc_macs + tokens * model.kv_heads * 2 * model.d_head * 2)
+            use["macs"] += n * (b * fc_macs
                                 + tokens * model.kv_heads * 2 * model.group * model.d_head)
             use["link"] += n * 2 * 2 * b * model.d_model * 2 * (tp - 1) if tp > 1 else 0
             use["link"] += b * model.d_model * 2 * (pp - 1)  # the stages' hand-offs
