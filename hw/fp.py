@@ -15,6 +15,8 @@ from amaranth import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from golden.isa import LANES, WORD_BITS
+
 F32_QNAN = 0x7FC00000
 BF16_QNAN = 0x7FC0
 
@@ -162,6 +164,24 @@ def mac_tree(m: Module, weights, inputs, acc, name: str) -> Signal:
                  for i in range(0, len(level), 2)]
         depth += 1
     return f32_add(m, acc, level[0], name=f"{name}_acc")
+
+
+class MacUnit(wiring.Component):
+    """One bank's MAC unit alone (``mac_tree`` over 16 lanes): ``make synth``
+    counts its cells (``sim/synth.py``); the datapath inlines the same tree."""
+    w: In(WORD_BITS)
+    x: In(WORD_BITS)
+    acc: In(32)
+    y: Out(32)
+
+    def elaborate(self, platform):
+        m = Module()
+
+        def lanes(word):
+            return [word[16 * i:16 * (i + 1)] for i in range(LANES)]
+
+        m.d.comb += self.y.eq(mac_tree(m, lanes(self.w), lanes(self.x), self.acc, name="mac"))
+        return m
 
 
 class F32Add(wiring.Component):

@@ -23,7 +23,7 @@ from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from golden.config import HubConfig
-from golden.isa import FIELDS
+from golden.isa import FIELDS, WORD_BITS
 from hw.channel import Channel
 from hw.hub.cbuf import ConfigBuffer
 from hw.hub.decoder import Decoder
@@ -55,12 +55,22 @@ class PimModule(wiring.Component):
         The multicast register: command, channel mask, drain flag.
     dbg_cmd_acc, dbg_wdata_acc, dbg_rdata_pop : Out(n_channels)
         Per channel: command, write beat or read beat handshake this cycle.
+    cmd_<c>, wdata_<c> : Out(stream.Signature), ``channels=False`` only
+        Channel ``c``'s command and write-beat streams, in place of the
+        channel (and of ``trace_<c>``).
+    rdata_<c> : In(stream.Signature(256)), ``channels=False`` only
+        Channel ``c``'s read beats.
+
+    ``channels=False`` builds the HUB alone, its channel ports brought out:
+    ``make synth`` (``sim/synth.py``) counts the HUB's cells this way.
+    ``cycle`` then stays 0 (the channels count the cycles).
     """
 
-    def __init__(self, hub: HubConfig):
+    def __init__(self, hub: HubConfig, channels: bool = True):
         if not isinstance(hub, HubConfig):
             raise TypeError(f"hub must be a HubConfig, not {hub!r}")
         self.hub = hub
+        self.channels = channels
         n = hub.n_channels
         members = {
             "host": In(stream.Signature(HostLayout)),
@@ -70,7 +80,13 @@ class PimModule(wiring.Component):
             "dbg_discard": Out(1),
             "dbg_cmd_acc": Out(n), "dbg_wdata_acc": Out(n), "dbg_rdata_pop": Out(n),
         }
-        members.update({f"trace_{c}": Out(TraceSignature) for c in range(n)})
+        for c in range(n):
+            if channels:
+                members[f"trace_{c}"] = Out(TraceSignature)
+            else:
+                members.update({f"cmd_{c}": Out(stream.Signature(CommandLayout)),
+                                f"wdata_{c}": Out(stream.Signature(WORD_BITS)),
+                                f"rdata_{c}": In(stream.Signature(WORD_BITS))})
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -93,7 +109,11 @@ class PimModule(wiring.Component):
                      dec.push.ready.eq(dq.w_rdy),
                      mc.entry.payload.eq(dq.r_data), mc.entry.valid.eq(dq.r_rdy),
                      dq.r_en.eq(mc.entry.ready)]
-        for c in range(N):
+        for c in range(N if not self.channels else 0):
+            wiring.connect(m, mc.cmd[c], wiring.flipped(getattr(self, f"cmd_{c}")))
+            wiring.connect(m, mc.wdata[c], wiring.flipped(getattr(self, f"wdata_{c}")))
+            wiring.connect(m, wiring.flipped(getattr(self, f"rdata_{c}")), mc.rdata[c])
+        for c in range(N if self.channels else 0):
             m.submodules[f"channel{c}"] = ch = Channel(hub.channel)
             wiring.connect(m, mc.cmd[c], ch.cmd)
             wiring.connect(m, mc.wdata[c], ch.wdata)
