@@ -232,16 +232,16 @@ def synth(config: ChannelConfig | None = None) -> dict:
     bank_logic = bank[f"datapath_2bank_obuf{E}"][t] - bank[f"datapath_1bank_obuf{E}"][t]
     obuf_extra = bank[f"datapath_1bank_obuf{E}"][t] - bank["datapath_1bank_obuf1"][t]
 
-    def dispatcher(row, key=t):
-        return sum(row["blocks"][b][key] for b in DISPATCHER if b in row["blocks"])
+    def dispatcher(row, cost=lambda block: block[t]):
+        """The dispatcher's blocks' ``cost`` (every one of them is in the HUB)."""
+        return sum(cost(row["blocks"][b]) for b in DISPATCHER)
 
     def dispatcher_share(row, per_bit):
         """The dispatcher's share of the HUB with memories at ``per_bit``
         transistors per bit (the memory model's sensitivity)."""
-        def cost(key_row):
-            return key_row["logic_transistors"] + per_bit * key_row["memory_bits"]
-        return _ratio(sum(cost(row["blocks"][b]) for b in DISPATCHER if b in row["blocks"]),
-                      sum(cost(b) for b in row["blocks"].values()))
+        def cost(block):
+            return block["logic_transistors"] + per_bit * block["memory_bits"]
+        return _ratio(dispatcher(row, cost), sum(cost(b) for b in row["blocks"].values()))
 
     sliced_per_bank = (sliced[t] - static[t]) / config.banks
     out["overheads"] = {

@@ -790,29 +790,28 @@ def _point(p: dict) -> dict:
            "systems": {}}
     for system in p["systems"]:
         r = generate(device, system, lengths, p["steps"], p["dbo_latency"], pricing)
-        r = {k: _round(v) for k, v in r.items()}
+        r = _round(r)  # the decisions too
         if system != "LibraPIM":
             r.pop("decisions")
-        else:
-            r["decisions"] = [{k: (float(f"{v:.6g}") if isinstance(v, float) else v)
-                               for k, v in d.items()} for d in r["decisions"]]
         out["systems"][system] = r
     first = out["systems"].get(p["systems"][0], {})
     base, joules = first.get("tokens_per_s"), first.get("energy_per_token_j")
     for r in out["systems"].values():
-        r[f"speedup_over_{p['systems'][0]}"] = float(f"{r['tokens_per_s'] / base:.6g}") \
-            if base else None
-        r[f"energy_over_{p['systems'][0]}"] = \
-            float(f"{r['energy_per_token_j'] / joules:.6g}") if joules else None
+        r[f"speedup_over_{p['systems'][0]}"] = _round(r["tokens_per_s"] / base) if base else None
+        r[f"energy_over_{p['systems'][0]}"] = (_round(r["energy_per_token_j"] / joules)
+                                               if joules else None)
     return out
 
 
 def _round(v):
-    """Six significant digits, through dicts (a breakdown)."""
+    """Six significant digits, through dicts and lists (a breakdown, the
+    decisions)."""
     if isinstance(v, float):
         return float(f"{v:.6g}")
     if isinstance(v, dict):
         return {k: _round(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_round(x) for x in v]
     return v
 
 

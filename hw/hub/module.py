@@ -109,11 +109,12 @@ class PimModule(wiring.Component):
                      dec.push.ready.eq(dq.w_rdy),
                      mc.entry.payload.eq(dq.r_data), mc.entry.valid.eq(dq.r_rdy),
                      dq.r_en.eq(mc.entry.ready)]
-        for c in range(N if not self.channels else 0):
-            wiring.connect(m, mc.cmd[c], wiring.flipped(getattr(self, f"cmd_{c}")))
-            wiring.connect(m, mc.wdata[c], wiring.flipped(getattr(self, f"wdata_{c}")))
-            wiring.connect(m, wiring.flipped(getattr(self, f"rdata_{c}")), mc.rdata[c])
-        for c in range(N if self.channels else 0):
+        for c in range(N):
+            if not self.channels:  # the HUB alone: the channels' streams are ports
+                wiring.connect(m, mc.cmd[c], wiring.flipped(getattr(self, f"cmd_{c}")))
+                wiring.connect(m, mc.wdata[c], wiring.flipped(getattr(self, f"wdata_{c}")))
+                wiring.connect(m, wiring.flipped(getattr(self, f"rdata_{c}")), mc.rdata[c])
+                continue
             m.submodules[f"channel{c}"] = ch = Channel(hub.channel)
             wiring.connect(m, mc.cmd[c], ch.cmd)
             wiring.connect(m, mc.wdata[c], ch.wdata)
