@@ -202,6 +202,26 @@ class _AluBanks(BankTimer):
         return self.action_for(self.touched(op, c), c["row"], as_set=op == _ALU_MOV)
 
 
+def check_command(cfg: AluConfig, c: dict) -> ErrorCode:
+    """Error code of a decoded command on ``cfg`` (NONE: good), in this
+    priority: opcode/function, bank, row, column."""
+    op = c["opcode"]
+    if op in (_RD, _WR):
+        if c["bank"] >= cfg.banks:
+            return ErrorCode.BANK_RANGE
+    elif op not in ALU_FUNCTIONS or c["alu_fn"] not in set(ALU_FUNCTIONS[Opcode(op)]):
+        return ErrorCode.BAD_OPCODE
+    elif not (op == _ALU_MOV and c["alu_fn"] in _LD_ST):
+        return ErrorCode.NONE
+    elif c["bank"] > 1:
+        return ErrorCode.BANK_RANGE
+    if c["row"] >= cfg.rows:
+        return ErrorCode.ROW_RANGE
+    if c["col"] >= cfg.cols:
+        return ErrorCode.COL_RANGE
+    return ErrorCode.NONE
+
+
 class AluChannel:
     """Cycle-exact model of the ALU channel (module docstring)."""
 
@@ -216,23 +236,8 @@ class AluChannel:
         return self.banks[select::2]
 
     def check(self, c: dict) -> ErrorCode:
-        """Error code of a decoded command (NONE: good), in this priority:
-        opcode/function, bank, row, column."""
-        op = c["opcode"]
-        if op in (_RD, _WR):
-            if c["bank"] >= self.cfg.banks:
-                return ErrorCode.BANK_RANGE
-        elif op not in ALU_FUNCTIONS or c["alu_fn"] not in set(ALU_FUNCTIONS[Opcode(op)]):
-            return ErrorCode.BAD_OPCODE
-        elif not (op == _ALU_MOV and c["alu_fn"] in _LD_ST):
-            return ErrorCode.NONE
-        elif c["bank"] > 1:
-            return ErrorCode.BANK_RANGE
-        if c["row"] >= self.cfg.rows:
-            return ErrorCode.ROW_RANGE
-        if c["col"] >= self.cfg.cols:
-            return ErrorCode.COL_RANGE
-        return ErrorCode.NONE
+        """Error code of a decoded command (:func:`check_command`)."""
+        return check_command(self.cfg, c)
 
     def run(self, words: Sequence[int], wdata: Sequence[int] = (),
             cmd_arrivals: Sequence[int] | None = None,

@@ -24,7 +24,8 @@ the trace and the commands: the RTL's observed trace gives the same
 figure as golden's whenever the two traces are equal.
 
 Breakdown (``CATEGORIES``): ``mac``; ``io`` (data-bus beats, GBuf writes,
-OBuf reads); ``act_pre``; ``refresh``; ``background``; ``other`` (the
+OBuf reads; in a HUB run, :func:`hub_energy`, the GPR's reads and
+writes); ``act_pre``; ``refresh``; ``background``; ``other`` (the
 array side of normal reads and writes).
 """
 
@@ -56,6 +57,8 @@ class EnergyParams:
     io_pj_per_bit: float  # the data bus
     gbuf_wr_pj: float  # a WR-INP into the GBuf
     obuf_rd_pj: float  # a RD-OUT of every bank's OBuf entry
+    gpr_rd_pj: float  # the HUB's GPR: a 32 B word read (a write beat it multicasts, a host read)
+    gpr_wr_pj: float  # a 32 B word written (a read beat from a channel, a host write)
     ref_pj: float  # an all-bank refresh
     act_standby_mw: float  # some row open
     pre_standby_mw: float  # every bank precharged
@@ -68,30 +71,36 @@ class EnergyParams:
 KEYS = tuple(f.name for f in dataclasses.fields(EnergyParams))
 
 
+def _table(profile: str, name: str, keys: tuple[str, ...], overrides: dict) -> dict:
+    """Table ``name`` of ``profile`` (following ``energy_from`` for
+    ``energy``) with ``overrides``, every key present and a number."""
+    data = load_profile_data(profile)
+    table = data.get(name)
+    if table is None and name == "energy" and isinstance(data.get("energy_from"), str):
+        table = load_profile_data(data["energy_from"]).get(name)
+    if table is None:
+        raise ConfigError(f"profile {profile!r} has no [{name}] table (energy needs one; "
+                          f"docs/energy.md lists the keys)")
+    if not isinstance(table, dict):
+        raise ConfigError(f"profile {profile!r}: [{name}] must be a table")
+    merged = {**table, **overrides}
+    for key in merged:
+        if key not in keys:
+            raise ConfigError(f"profile {profile!r}: unknown key {name}.{key} "
+                              f"(valid: {', '.join(keys)})")
+    missing = [k for k in keys if k not in merged]
+    if missing:
+        raise ConfigError(f"profile {profile!r}: missing key {name}.{missing[0]}")
+    for key, v in merged.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1e9:
+            raise ConfigError(f"{name}.{key} must be a number in [0, 1e9), not {v!r}")
+    return {k: float(v) for k, v in merged.items()}
+
+
 def energy_params(profile: str, **overrides) -> EnergyParams:
     """The ``[energy]`` table of ``profile`` (a name or a TOML file), with
     ``overrides`` (a study's sweep) replacing keys."""
-    data = load_profile_data(profile)
-    table = data.get("energy")
-    if table is None and isinstance(data.get("energy_from"), str):  # another profile's table
-        table = load_profile_data(data["energy_from"]).get("energy")
-    if table is None:
-        raise ConfigError(f"profile {profile!r} has no [energy] table (energy needs one; "
-                          f"docs/energy.md lists the keys)")
-    if not isinstance(table, dict):
-        raise ConfigError(f"profile {profile!r}: [energy] must be a table")
-    merged = {**table, **overrides}
-    for key in merged:
-        if key not in KEYS:
-            raise ConfigError(f"profile {profile!r}: unknown key energy.{key} "
-                              f"(valid: {', '.join(KEYS)})")
-    missing = [k for k in KEYS if k not in merged]
-    if missing:
-        raise ConfigError(f"profile {profile!r}: missing key energy.{missing[0]}")
-    for key, v in merged.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1e9:
-            raise ConfigError(f"energy.{key} must be a number in [0, 1e9), not {v!r}")
-    return EnergyParams(**{k: float(v) for k, v in merged.items()})
+    return EnergyParams(**_table(profile, "energy", KEYS, overrides))
 
 
 def _command_of(trace: list[TraceEntry], commands: list[Command], drops: set[int]):
@@ -129,20 +138,12 @@ COUNTS = ("acts", "pres", "macs", "rds", "wrs", "wr_inps", "rd_outs", "refreshes
 BEATS = ("rds", "wrs", "wr_inps", "rd_outs")
 
 
-def trace_counts(cfg: ChannelConfig, commands: list[Command], trace: list[TraceEntry],
-                 cycles: int) -> dict[str, int]:
-    """The :data:`COUNTS` of a run of ``commands`` on ``cfg`` whose issue
-    trace is ``trace`` and which lasted ``cycles``: the trace replayed,
-    ACT and PRE banks from the controller's own rule."""
-    from golden.channel import ChannelModel
-
-    checker = ChannelModel(cfg)
-    drops = {i for i, c in enumerate(commands) if checker.check(c)[0].value}
-    owner = _command_of(trace, commands, drops)
-    banks = BankTimer(cfg.banks, cfg.timing, cfg.slice_rows, bank_groups=cfg.bank_groups)
-    n = dict.fromkeys(COUNTS, 0)
-    column = {Opcode.RD: "rds", Opcode.WR: "wrs", Opcode.WR_INP: "wr_inps",
-              Opcode.RD_OUT: "rd_outs"}
+def _replay(trace: list[TraceEntry], owner: list[int | None], banks: BankTimer, opens,
+            column, n: dict, cycles: int) -> dict:
+    """Count ``trace`` into ``n``: the ACTs and PREs replayed on ``banks``
+    (``opens(i)``: the banks command ``i`` touches, its row, and whether
+    they open as a set), a refresh's own entries, the cycles with some row
+    open, and each column entry through ``column(opcode, i, n)``."""
     last = 0  # row-open time counted up to here
     for entry, i in zip(trace, owner, strict=True):
         c = entry.cycle
@@ -159,25 +160,53 @@ def trace_counts(cfg: ChannelConfig, commands: list[Command], trace: list[TraceE
             elif op == Opcode.REF:
                 n["refreshes"] += 1
             continue
-        cmd = commands[i]
         if op in (Opcode.PRE, Opcode.ACT):
-            action = banks.action_for(banks.touched(Opcode(cmd.opcode), cmd), cmd.row,
-                                      as_set=cmd.opcode == Opcode.MAC)
+            touched, row, as_set = opens(i)
+            action = banks.action_for(touched, row, as_set=as_set)
             if action is None or action[0] != op:
-                raise ValueError(f"trace entry {entry}: command {cmd} needs "
+                raise ValueError(f"trace entry {entry}: command {i} needs "
                                  f"{action[0].name if action else 'no'} {op.name}")
             n["acts" if op == Opcode.ACT else "pres"] += len(action[1])
             for u in action[1]:
-                banks.open_row[u] = cmd.row if op == Opcode.ACT else None
-        elif op == Opcode.MAC:
-            n["macs"] += cfg.banks
-        elif op in column:
-            n[column[op]] += 1
+                banks.open_row[u] = row if op == Opcode.ACT else None
+        else:
+            touched, row, as_set = opens(i)
+            if op != Opcode.MODE and banks.action_for(touched, row, as_set=as_set) is not None:
+                raise ValueError(f"trace entry {entry}: command {i} issues before its row "
+                                 f"is open")
+            column(op, i, n)
     if cycles < last:
         raise ValueError(f"the run lasted {cycles} cycles, before its last entry ({last})")
     if any(r is not None for r in banks.open_row):
         n["active"] += cycles - last
     return n
+
+
+def trace_counts(cfg: ChannelConfig, commands: list[Command], trace: list[TraceEntry],
+                 cycles: int) -> dict[str, int]:
+    """The :data:`COUNTS` of a run of ``commands`` on ``cfg`` whose issue
+    trace is ``trace`` and which lasted ``cycles``: the trace replayed,
+    ACT and PRE banks from the controller's own rule."""
+    from golden.channel import ChannelModel
+
+    checker = ChannelModel(cfg)
+    drops = {i for i, c in enumerate(commands) if checker.check(c)[0].value}
+    banks = BankTimer(cfg.banks, cfg.timing, cfg.slice_rows, bank_groups=cfg.bank_groups)
+    names = {Opcode.RD: "rds", Opcode.WR: "wrs", Opcode.WR_INP: "wr_inps",
+             Opcode.RD_OUT: "rd_outs"}
+
+    def opens(i):
+        cmd = commands[i]
+        return banks.touched(Opcode(cmd.opcode), cmd), cmd.row, cmd.opcode == Opcode.MAC
+
+    def column(op, i, n):
+        if op == Opcode.MAC:
+            n["macs"] += cfg.banks
+        elif op in names:
+            n[names[op]] += 1
+
+    return _replay(trace, _command_of(trace, commands, drops), banks, opens, column,
+                   dict.fromkeys(COUNTS, 0), cycles)
 
 
 def priced(params: EnergyParams, t_ck_ns: float, counts, cycles):
@@ -224,14 +253,16 @@ def channels_energy(params: EnergyParams, t_ck_ns: float, counts: dict, channels
     return priced(params, t_ck_ns, c, span)["breakdown"]
 
 
-def scaled(params: EnergyParams, scale: dict | None = None) -> EnergyParams:
-    """``params`` with each key of ``scale`` multiplied by its factor (a
-    study's sweep of a table value: the scenario's ``energy`` table, 1 for
-    the value as cited)."""
+def scaled(params, scale: dict | None = None):
+    """``params`` (:class:`EnergyParams` or :class:`AluEnergyParams`) with
+    each key of ``scale`` multiplied by its factor (a study's sweep of a
+    table value: the scenario's ``energy`` table, 1 for the value as
+    cited)."""
     scale = scale or {}
+    keys = tuple(f.name for f in dataclasses.fields(params))
     for key, v in scale.items():
-        if key not in KEYS:
-            raise ConfigError(f"unknown key energy.{key} (valid: {', '.join(KEYS)})")
+        if key not in keys:
+            raise ConfigError(f"unknown key energy.{key} (valid: {', '.join(keys)})")
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1e3:
             raise ConfigError(f"energy.{key} is a factor in [0, 1000], not {v!r}")
     return dataclasses.replace(params, **{k: getattr(params, k) * float(v)
@@ -253,6 +284,132 @@ def trace_energy(cfg: ChannelConfig, params: EnergyParams, t_ck_ns: float,
     out = priced(params, t_ck_ns, counts, cycles)
     counts["beats"] = sum(counts[k] for k in BEATS)
     return {**out, "counts": counts, "active_cycles": counts["active"], "cycles": cycles}
+
+
+def hub_energy(params: EnergyParams, channels: list[dict], gpr_reads: int,
+               gpr_writes: int) -> dict:
+    """Energy (pJ) of a HUB run: its channels' energies (``channels``, each
+    a :func:`trace_energy` result) summed, and the GPR's word reads and
+    writes (``golden.hub.Hub.gpr_reads``, ``gpr_writes``) in ``io``:
+    ``total_pj``, ``breakdown`` (:data:`CATEGORIES`), ``gpr_pj``,
+    ``channels_pj`` (each channel's total) and ``counts`` (the channels'
+    :data:`COUNTS` summed, ``gpr_reads``, ``gpr_writes``)."""
+    gpr = gpr_reads * params.gpr_rd_pj + gpr_writes * params.gpr_wr_pj
+    e = {k: sum(ch["breakdown"][k] for ch in channels) for k in CATEGORIES}
+    e["io"] += gpr
+    counts = {k: sum(ch["counts"][k] for ch in channels) for k in COUNTS}
+    return {"total_pj": sum(e.values()), "breakdown": e, "gpr_pj": gpr,
+            "channels_pj": [ch["total_pj"] for ch in channels],
+            "counts": {**counts, "gpr_reads": gpr_reads, "gpr_writes": gpr_writes}}
+
+
+# ---- the JIT-Q ALU channel ----------------------------------------------------
+
+@dataclass(frozen=True)
+class AluEnergyParams:
+    """The ALU channel's own energies (pJ): its profile's ``[alu_energy]``
+    table, beside the ``[energy]`` table that prices its ACT, PRE, REF,
+    host RD/WR and background."""
+
+    ld_pj: float  # one bank's word into its ALU's register (a LD, per bank)
+    st_pj: float  # an ALU register into one bank's word (a ST, per bank)
+    op_pj: float  # one computing command in one ALU: 16 lanes, two register reads, one write
+    mov_pj: float  # a COPY, IMM, SETCNT or GETCNT in one ALU: one register read and write
+
+
+ALU_KEYS = tuple(f.name for f in dataclasses.fields(AluEnergyParams))
+#: What an ALU channel run is priced from (:func:`alu_trace_counts`): bank
+#: activations and precharges; LD and ST bank accesses (one per bank of the
+#: selected parity); computing and moving commands (one per ALU); host
+#: reads and writes; refreshes; the cycles with some row open.
+ALU_COUNTS = ("acts", "pres", "lds", "sts", "ops", "movs", "rds", "wrs", "refreshes", "active")
+#: The counts that grow with the number of ALUs (and banks) at one timing.
+ALU_UNIT_COUNTS = ("acts", "pres", "lds", "sts", "ops", "movs")
+ALU_CATEGORIES = ("alu", "ld_st", "io", "act_pre", "refresh", "background", "other")
+
+
+def alu_energy_params(profile: str = "hbm-jitq", **overrides) -> AluEnergyParams:
+    """The ``[alu_energy]`` table of ``profile``, with ``overrides``."""
+    return AluEnergyParams(**_table(profile, "alu_energy", ALU_KEYS, overrides))
+
+
+def alu_trace_counts(cfg, words: list[int], trace: list[TraceEntry],
+                     cycles: int) -> dict[str, int]:
+    """The :data:`ALU_COUNTS` of a run of command ``words`` on the ALU
+    channel ``cfg`` (``golden.alu.AluConfig``) whose issue trace is
+    ``trace`` and which lasted ``cycles``: the trace replayed, ACT and PRE
+    banks from the ALU channel's own rule (``golden.alu``: a LD or ST opens
+    its row in every bank of its parity, as a set)."""
+    from golden.alu import _AluBanks, _decode, check_command
+    from golden.isa import AluMov, ErrorCode
+
+    decoded = [_decode(w) for w in words]
+    drops = {i for i, c in enumerate(decoded) if check_command(cfg, c) is not ErrorCode.NONE}
+    banks = _AluBanks(cfg)
+    moves = {int(AluMov.COPY), int(AluMov.IMM), int(AluMov.SETCNT), int(AluMov.GETCNT)}
+
+    def opens(i):
+        c = decoded[i]
+        return banks.touched(c["opcode"], c), c["row"], c["opcode"] == Opcode.ALU_MOV
+
+    def column(op, i, n):
+        fn = decoded[i]["alu_fn"]
+        if op == Opcode.RD:
+            n["rds"] += 1
+        elif op == Opcode.WR:
+            n["wrs"] += 1
+        elif op == Opcode.ALU_MOV and fn == AluMov.LD:
+            n["lds"] += cfg.pairs
+        elif op == Opcode.ALU_MOV and fn == AluMov.ST:
+            n["sts"] += cfg.pairs
+        elif op == Opcode.ALU_MOV and fn in moves:
+            n["movs"] += cfg.pairs
+        else:
+            n["ops"] += cfg.pairs
+
+    owner = _command_of(trace, [_Op(c["opcode"]) for c in decoded], drops)
+    return _replay(trace, owner, banks, opens, column, dict.fromkeys(ALU_COUNTS, 0), cycles)
+
+
+@dataclass(frozen=True)
+class _Op:
+    opcode: int
+
+
+def alu_priced(params: EnergyParams, alu: AluEnergyParams, t_ck_ns: float, counts,
+               cycles) -> dict:
+    """Energy (pJ) of an ALU channel run with ``counts``
+    (:data:`ALU_COUNTS`) over ``cycles``: ``total_pj`` and ``breakdown``
+    (pJ per :data:`ALU_CATEGORIES`)."""
+    e = {
+        "alu": counts["ops"] * alu.op_pj + counts["movs"] * alu.mov_pj,
+        "ld_st": counts["lds"] * alu.ld_pj + counts["sts"] * alu.st_pj,
+        "io": (counts["rds"] + counts["wrs"]) * params.beat_pj,
+        "act_pre": counts["acts"] * params.act_pj + counts["pres"] * params.pre_pj,
+        "refresh": counts["refreshes"] * params.ref_pj,
+        "background": (counts["active"] * params.act_standby_mw
+                       + (cycles - counts["active"]) * params.pre_standby_mw) * t_ck_ns,
+        "other": counts["rds"] * params.rd_pj + counts["wrs"] * params.wr_pj,
+    }
+    return {"total_pj": sum(e.values()), "breakdown": e}
+
+
+def alu_trace_energy(cfg, params: EnergyParams, alu: AluEnergyParams, t_ck_ns: float,
+                     words: list[int], trace: list[TraceEntry], cycles: int) -> dict:
+    """Energy (pJ) of an ALU channel run (:func:`alu_trace_counts` priced by
+    :func:`alu_priced`): ``total_pj``, ``breakdown``, ``counts``,
+    ``cycles``."""
+    counts = alu_trace_counts(cfg, words, trace, cycles)
+    return {**alu_priced(params, alu, t_ck_ns, counts, cycles), "counts": counts,
+            "cycles": cycles}
+
+
+def alu_params_for(cfg) -> tuple[EnergyParams, AluEnergyParams, float] | None:
+    """``(params, alu params, t_ck_ns)`` of the known profile an ALU
+    channel ``cfg`` names, or None when it has no ``[alu_energy]`` table."""
+    if cfg.profile not in PROFILES or "alu_energy" not in load_profile_data(cfg.profile):
+        return None
+    return energy_params(cfg.profile), alu_energy_params(cfg.profile), _t_ck_ns(cfg.profile)
 
 
 def _t_ck_ns(profile: str) -> float:

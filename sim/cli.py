@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import secrets
 import sys
@@ -494,11 +495,31 @@ def cmd_hetero_training(args) -> int:
     return _outputs(result, args)
 
 
+def _energy_factors(pairs, study: str) -> dict[str, float]:
+    """``--set energy.KEY=FACTOR`` pairs (a factor in [0, 1000] on an energy
+    table key) as ``{KEY: FACTOR}``."""
+    out = {}
+    for pair in pairs or []:
+        key, sep, text = pair.partition("=")
+        key = key.strip()
+        if not sep or not key.startswith("energy."):
+            raise ConfigError(f"--set {pair!r}: {study} takes energy.KEY=FACTOR")
+        try:
+            v = float(text)
+        except ValueError:
+            v = math.nan
+        if not 0 <= v <= 1e3:
+            raise ConfigError(f"--set {key}: {text.strip()!r} is not a factor in [0, 1000]")
+        out[key.removeprefix("energy.")] = v
+    return out
+
+
 def cmd_jitq(args) -> int:
     from golden.system.jitq_study import jitq_study
     from golden.system.reference import JITQ_MODELS
 
-    _emit(jitq_study(_name_list(args.models, JITQ_MODELS, "--models", "model")), args.json)
+    models = _name_list(args.models, JITQ_MODELS, "--models", "model")
+    _emit(jitq_study(models, scale=_energy_factors(args.set, "jitq")), args.json)
     return 0
 
 
@@ -540,7 +561,7 @@ STUDY_OPTIONS = {
     "sherpa": {"json", "seq_lens", "split_bytes"},
     "hetero-training": {"csv", "json", "offload_fraction", "plot", "set", "steps",
                         "workloads"},
-    "jitq": {"json", "models"},
+    "jitq": {"json", "models", "set"},
     **{s: _SYSTEM_OPTIONS for s in ("pimphony", "pimphony-scaling", "pimphony-gpu",
                                     "pimphony-serving", "tcp-activation", "librapim",
                                     "pimphony-energy")},
@@ -630,7 +651,9 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--profile", default="gddr6-aim",
                        help=f"device profile: {', '.join(PROFILES)} or a TOML file")
         s.add_argument("--set", action="append", metavar="KEY=VALUE",
-                       help="override a geometry or timing key, e.g. --set banks=8")
+                       help="override a geometry or timing key, e.g. --set banks=8; system "
+                            "studies: a scenario key; hetero-training: an energy key; jitq: "
+                            "energy.KEY=FACTOR")
         s.add_argument("--seed", type=_int_in(0, SEED_MAX), default=0)
         s.add_argument("--json", metavar="FILE", help="write JSON to FILE ('-' for stdout)")
 

@@ -21,10 +21,12 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
+from golden import energy
 from golden.channel import ChannelModel, Command
 from golden.config import HubConfig
 from golden.hub import HostCall, Hub
-from golden.isa import HostOp
+from golden.isa import HostOp, Opcode
+from golden.streams import TraceEntry
 
 
 class HubScoreboardError(AssertionError):
@@ -71,6 +73,10 @@ class HubCheck:
     #: first and last command (the decoder had nothing ready)
     bubbles: list[int]
     channel_commands: int = 0
+    #: the run's energy (golden.energy.hub_energy: each channel's trace as
+    #: the RTL issued it, over its own run, and the GPR's accesses); None
+    #: without the channels' check or an energy table
+    energy: dict | None = None
 
 
 def _fmt(items, i):
@@ -138,13 +144,23 @@ def check(hub: HubConfig, calls: list[HostCall], rec: HubRecord,
         out.responses.append((r.code, r.data))
         prev = r.responded
     if channels:
-        out.channel_commands = check_channels(hub, model, rec)
+        energies: list[dict] = []
+        out.channel_commands = check_channels(hub, model, rec, energies)
+        known = energy.params_for(hub.channel)
+        if known is not None:
+            out.energy = energy.hub_energy(known[0], energies, model.gpr_reads,
+                                           model.gpr_writes)
     return out
 
 
-def check_channels(hub: HubConfig, model: Hub, rec: HubRecord) -> int:
+def check_channels(hub: HubConfig, model: Hub, rec: HubRecord,
+                   energies: list[dict] | None = None) -> int:
     """Each channel's trace against a golden channel model fed the observed
-    handshake cycles; returns the number of commands checked."""
+    handshake cycles; returns the number of commands checked. With a list
+    ``energies`` and a profile with an energy table, appends each channel's
+    energy (``golden.energy.trace_energy`` of the RTL's trace, over the
+    golden channel's run)."""
+    known = energy.params_for(hub.channel) if energies is not None else None
     total = 0
     for c, stream in enumerate(model.streams):
         cmds = [cmd for cmd, _ in stream]
@@ -160,6 +176,9 @@ def check_channels(hub: HubConfig, model: Hub, rec: HubRecord) -> int:
                      min(len(want), len(got)))
             raise HubScoreboardError(f"channel {c} trace entry {i}: RTL {got[i:i + 1]} "
                                      f"golden {want[i:i + 1]}")
+        if known is not None:
+            trace = [TraceEntry(i, Opcode(op), t) for i, op, t in got]
+            energies.append(energy.trace_energy(hub.channel, *known, cmds, trace, ref.cycles))
         total += len(cmds)
     return total
 

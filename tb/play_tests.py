@@ -235,8 +235,12 @@ def hub_qkt(p: Player, n: int) -> dict:
     case = qkt_case(p.config, steps=n, seed=p.seed % 1000)
     rec, result = p.play_hub(case.calls)
     check_qkt_scores(p.config, case, result.responses)
+    e = result.energy
     return {"commands": result.channel_commands, "cycles": rec.cycle,
-            "host_calls": len(case.calls), "steps": n, "step_bubbles": result.bubbles}
+            "host_calls": len(case.calls), "steps": n, "step_bubbles": result.bubbles,
+            **({"energy_nj": round(e["total_pj"] / 1e3, 3),
+                "gpr_reads": e["counts"]["gpr_reads"],
+                "gpr_writes": e["counts"]["gpr_writes"]} if e else {})}
 
 
 def hub_faults(p: Player, n: int) -> dict:

@@ -238,23 +238,33 @@ def check(model: Model, commands: list[Command] | list[int], wdata: list[int], o
     if obs.status != want_status:
         raise ScoreboardError(f"status (code, id, count): rtl {obs.status} "
                               f"golden {want_status} ({ErrorCode(want_status[0]).name}){replay}")
-    if not isinstance(model, AluChannel):
-        check_energy(model.config, commands, obs, ref, replay)
+    check_energy(model.cfg if isinstance(model, AluChannel) else model.config, commands, obs,
+                 ref, replay)
     return ref
 
 
 def check_energy(config, commands: list[Command], obs: Observed, ref: RunResult,
                  replay: str = "") -> dict | None:
     """The run's energy (golden.energy) from the RTL's observed trace against
-    golden's, for a configuration of a profile with an energy table; the
-    observed figure, or None without one."""
-    known = energy.params_for(config)
-    if known is None:
-        return None
-    params, t_ck = known
+    golden's, for a configuration (a channel's or the ALU channel's) of a
+    profile with an energy table; the observed figure, or None without
+    one."""
     rtl = [TraceEntry(i, Opcode(op), c) for i, op, c in obs.trace]
-    got = energy.trace_energy(config, params, t_ck, commands, rtl, ref.cycles)
-    want = energy.trace_energy(config, params, t_ck, commands, ref.trace, ref.cycles)
+    if isinstance(config, AluConfig):
+        known = energy.alu_params_for(config)
+        if known is None:
+            return None
+
+        def price(trace):
+            return energy.alu_trace_energy(config, *known, commands, trace, ref.cycles)
+    else:
+        known = energy.params_for(config)
+        if known is None:
+            return None
+
+        def price(trace):
+            return energy.trace_energy(config, *known, commands, trace, ref.cycles)
+    got, want = price(rtl), price(ref.trace)
     if got != want:
         raise ScoreboardError(f"energy: rtl {got['total_pj']:.1f} pJ {got['counts']}, "
                               f"golden {want['total_pj']:.1f} pJ {want['counts']}{replay}")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from types import SimpleNamespace
 
 import cocotb
 import numpy as np
@@ -29,7 +30,7 @@ from golden.alu import AluChannel, AluConfig, alu, host_rd, host_wr
 from golden.config import Timing
 from golden.isa import STATUS_FIELDS, TRACE_FIELDS, Opcode, unpack
 from tb.alu_stimulus import check_kernel, kernel_case, random_beat
-from tb.scoreboard import refresh_tail
+from tb.scoreboard import check_energy, refresh_tail
 from tb.seeds import run_seed
 
 CLOCK_NS = 10
@@ -141,6 +142,8 @@ class AluTB:
                                 f"{numerics.words_to_lanes(exp).tolist()} (seed {self.seed})")
         st = ref.status
         assert obs["status"] == (st.err_code, st.err_id, st.err_count), obs["status"]
+        # the energy from the RTL's trace equals golden's (golden.energy)
+        check_energy(self.cfg, words, SimpleNamespace(trace=trace), ref, f"; seed {self.seed}")
         return ref
 
 

@@ -187,3 +187,134 @@ def test_bad_energy_tables(tmp_path):
     bare.write_text(text[:text.index("[energy]")])
     with pytest.raises(ConfigError, match="has no \\[energy\\] table"):
         energy.energy_params(str(bare))
+
+
+# ---- the JIT-Q ALU channel -----------------------------------------------------
+
+JITQ = energy.energy_params("hbm-jitq")
+ALU = energy.alu_energy_params("hbm-jitq")
+
+
+def test_alu_energy_from_its_sources():
+    """FGDRAM's cell access (via the AttAcc simulator) and its PIM SRAM for
+    the registers; a lane of an ALU command at its FP16 MAC figure (an
+    assumption, cited as one)."""
+    assert ALU.ld_pj == ALU.st_pj == pytest.approx(256 * 0.44 + 32 * 0.0034)
+    assert ALU.op_pj == pytest.approx(16 * 0.32 + 3 * 32 * 0.0034)
+    assert ALU.mov_pj == pytest.approx(2 * 32 * 0.0034)
+    src = load_profile_data("hbm-jitq")["sources"]
+    for key in energy.ALU_KEYS:
+        assert key in src["alu_energy"]
+    assert "assumption" in src["alu_energy_assumption"]
+
+
+def _alu_run(words, wdata=(), **kw):
+    from golden.alu import AluChannel, AluConfig
+
+    cfg = AluConfig.from_profile("hbm-jitq", pairs=2, rows=8, **kw)
+    r = AluChannel(cfg).run(words, list(wdata))
+    return cfg, r, energy.alu_trace_energy(cfg, JITQ, ALU, 0.8333, words, r.trace, r.cycles)
+
+
+def test_alu_run_by_hand():
+    """A LD (row 1 of both even banks: one ACT of two banks), two computing
+    commands and two moves on every ALU, a ST (row 3 of both odd banks), a
+    host WR to an open row and a host RD of bank 2 row 5 (PRE and ACT of
+    bank 2): each kind priced by hand, the background from the trace."""
+    from golden.alu import alu, host_rd, host_wr
+    from golden.isa import AluAdd, AluMov, AluMul
+
+    words = [alu(Opcode.ALU_MOV, AluMov.LD, dst_reg=1, bank=0, row=1, col=0),
+             alu(Opcode.ALU_ADD, AluAdd.ADD, dst_reg=2, src_reg=1, src2_reg=1),
+             alu(Opcode.ALU_MUL, AluMul.MULLO, dst_reg=3, src_reg=2, use_imm=1, imm=3),
+             alu(Opcode.ALU_MOV, AluMov.COPY, dst_reg=4, src_reg=3),
+             alu(Opcode.ALU_MOV, AluMov.IMM, dst_reg=5, imm=9),
+             alu(Opcode.ALU_MOV, AluMov.ST, src_reg=3, bank=1, row=3, col=2),
+             host_wr(0, 1, 1), host_rd(2, 5, 0)]
+    cfg, r, e = _alu_run(words, [12345])
+    first_act = next(t.cycle for t in r.trace if t.opcode == Opcode.ACT)
+    assert e["counts"] == {"acts": 2 + 2 + 1, "pres": 1, "lds": 2, "sts": 2, "ops": 4,
+                           "movs": 4, "rds": 1, "wrs": 1, "refreshes": 0,
+                           "active": r.cycles - first_act}
+    b = e["breakdown"]
+    assert b["alu"] == pytest.approx(4 * ALU.op_pj + 4 * ALU.mov_pj)
+    assert b["ld_st"] == pytest.approx(2 * ALU.ld_pj + 2 * ALU.st_pj)
+    assert b["io"] == pytest.approx(2 * JITQ.beat_pj)
+    assert b["act_pre"] == pytest.approx(5 * JITQ.act_pj + JITQ.pre_pj)
+    assert b["other"] == pytest.approx(JITQ.rd_pj + JITQ.wr_pj)
+    assert b["refresh"] == 0
+    assert b["background"] == pytest.approx(0.8333 * (
+        first_act * JITQ.pre_standby_mw + (r.cycles - first_act) * JITQ.act_standby_mw))
+    assert set(b) == set(energy.ALU_CATEGORIES)
+    assert e["total_pj"] == pytest.approx(sum(b.values()))
+
+
+def test_alu_bad_commands_cost_nothing_and_a_wrong_trace_is_refused():
+    """A dropped command (bank select 2) adds nothing; a trace without the
+    ACT its LD needs, or naming a command past the list, is refused."""
+    from golden.alu import alu
+    from golden.isa import AluMov
+
+    ld = alu(Opcode.ALU_MOV, AluMov.LD, dst_reg=1, bank=0, row=1, col=0)
+    bad = alu(Opcode.ALU_MOV, AluMov.LD, dst_reg=1, bank=2, row=1, col=0)
+    cfg, r, e = _alu_run([ld])
+    _, r2, e2 = _alu_run([bad, ld])
+    assert r2.status.err_count == 1
+    assert e2["counts"]["lds"] == e["counts"]["lds"] == 2
+    assert e2["breakdown"]["ld_st"] == e["breakdown"]["ld_st"]
+    assert e2["counts"]["acts"] == e["counts"]["acts"] == 2
+    no_act = [t for t in r.trace if t.opcode != Opcode.ACT]
+    with pytest.raises(ValueError, match="before its row is open"):
+        energy.alu_trace_counts(cfg, [ld], no_act, r.cycles)
+    other_row = alu(Opcode.ALU_MOV, AluMov.LD, dst_reg=1, bank=0, row=2, col=0)
+    _, r3, _ = _alu_run([ld, other_row])
+    no_pre = [t for t in r3.trace if t.opcode != Opcode.PRE]
+    with pytest.raises(ValueError, match="needs PRE"):
+        energy.alu_trace_counts(cfg, [ld, other_row], no_pre, r3.cycles)
+    with pytest.raises(ValueError, match="names no command"):
+        energy.alu_trace_counts(cfg, [ld], [TraceEntry(5, Opcode.ALU_MOV, 3)], 9)
+
+
+def test_alu_refresh_closes_every_row():
+    """With refresh every 1,000 cycles a long program refreshes; each REF
+    costs ref_pj and its PRE closes every open bank, which the next LD
+    opens again."""
+    import dataclasses
+
+    from golden.alu import AluChannel, AluConfig, alu
+    from golden.isa import AluAdd, AluMov
+
+    cfg = AluConfig.from_profile("hbm-jitq", pairs=2, rows=8)
+    cfg = dataclasses.replace(cfg, timing=dataclasses.replace(cfg.timing, t_refi=1000, t_rfc=60))
+    words = [w for k in range(300) for w in (
+        alu(Opcode.ALU_MOV, AluMov.LD, dst_reg=1, bank=k % 2, row=k % 3, col=0),
+        alu(Opcode.ALU_ADD, AluAdd.ADD, dst_reg=2, src_reg=1, src2_reg=1))]
+    r = AluChannel(cfg).run(words)
+    refs = sum(t.opcode == Opcode.REF for t in r.trace)
+    assert refs >= 3
+    e = energy.alu_trace_energy(cfg, JITQ, ALU, 0.8333, words, r.trace, r.cycles)
+    assert e["counts"]["refreshes"] == refs
+    assert e["breakdown"]["refresh"] == pytest.approx(refs * JITQ.ref_pj)
+    # every bank ever opened is closed by a PRE, but those still open
+    assert 0 <= e["counts"]["acts"] - e["counts"]["pres"] <= cfg.banks
+    assert e["counts"]["ops"] == 300 * cfg.pairs and e["counts"]["lds"] == 300 * cfg.pairs
+
+
+def test_alu_energy_tables_are_checked(tmp_path):
+    prof = tmp_path / "p.toml"
+    prof.write_text('name = "p"\n[alu_energy]\nld_pj = 1\nst_pj = 1\nop_pj = 1\n')
+    with pytest.raises(ConfigError, match="missing key alu_energy.mov_pj"):
+        energy.alu_energy_params(str(prof))
+    with pytest.raises(ConfigError, match="unknown key alu_energy.x"):
+        energy.alu_energy_params(str(prof), mov_pj=1, x=2)
+    with pytest.raises(ConfigError, match="has no \\[alu_energy\\]"):
+        energy.alu_energy_params("gddr6-aim")
+    with pytest.raises(ConfigError, match="unknown key energy.act_pj"):
+        energy.scaled(ALU, {"act_pj": 2})
+    assert energy.scaled(ALU, {"op_pj": 0.5}).op_pj == pytest.approx(ALU.op_pj / 2)
+    # only the ALU channel's profile prices an ALU channel
+    from golden.alu import AluConfig
+
+    assert energy.alu_params_for(AluConfig.from_profile("hbm-jitq", pairs=1, rows=2)) == (
+        JITQ, ALU, 0.8333)
+    assert energy.alu_params_for(AluConfig.from_profile("hbm3-pim", pairs=1, rows=2)) is None

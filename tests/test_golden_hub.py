@@ -354,3 +354,58 @@ def test_api_misuse_names_the_argument():
     for bad in (-1, hub.hub.requests, 1.0):
         with pytest.raises(ValueError, match="request id must be an integer in"):
             hub.translate(bad, 0)
+
+
+def test_gpr_accesses_and_the_hub_runs_energy():
+    """The HUB counts its GPR's word reads and writes: a host GPR-WRITE or
+    GPR-READ is one; a WR-INP or WR emission reads one word, multicast to
+    every channel of its mask; a RD-OUT or RD writes one word per channel
+    of its mask, a drained (discarded) beat none. The run's energy is its
+    channels' energies and those accesses (golden.energy.hub_energy)."""
+    from golden import energy
+    from golden.channel import ChannelModel
+
+    s = qkt_session(HUB, d_head=32, t0={0: 30, 1: 12}, steps=2, seed=1)
+    h = Hub(HUB, strict=True)
+    emitted = []  # every emission: the steps' and the host's RAW commands
+    send = h._send
+    h._send = lambda ems: (emitted.extend(ems), send(ems))
+    host_w = host_r = 0
+    for c in s.calls:
+        h.host(c.op, c.req_id, c.arg_a, c.arg_b, c.data)
+        host_w += c.op == HostOp.GPR_WRITE
+        host_r += c.op == HostOp.GPR_READ
+    writes = [e for e in emitted if e.command.opcode in (Opcode.WR_INP, Opcode.WR)]
+    reads = [e for e in emitted if e.command.opcode in (Opcode.RD_OUT, Opcode.RD)]
+    assert writes and reads and host_w and host_r
+    assert h.gpr_reads == len(writes) + host_r
+    assert h.gpr_writes == sum(bin(e.ch_mask).count("1") for e in reads) + host_w
+    # the energy: each channel's trace priced, plus the GPR's accesses in io
+    params = energy.energy_params(HUB.channel.profile)
+    chans = []
+    for stream in h.streams:
+        cmds = [c for c, _ in stream]
+        r = ChannelModel(HUB.channel).run(cmds, [b for _, b in stream if b is not None])
+        chans.append(energy.trace_energy(HUB.channel, params, 0.5, cmds, r.trace, r.cycles))
+    e = energy.hub_energy(params, chans, h.gpr_reads, h.gpr_writes)
+    gpr = h.gpr_reads * params.gpr_rd_pj + h.gpr_writes * params.gpr_wr_pj
+    assert e["gpr_pj"] == pytest.approx(gpr) and gpr > 0
+    assert e["breakdown"]["io"] == pytest.approx(sum(c["breakdown"]["io"] for c in chans) + gpr)
+    assert e["total_pj"] == pytest.approx(sum(c["total_pj"] for c in chans) + gpr)
+    assert e["counts"]["gpr_reads"] == h.gpr_reads
+    assert e["counts"]["rd_outs"] == sum(bin(r.ch_mask).count("1") for r in reads
+                                         if r.command.opcode == Opcode.RD_OUT)
+
+
+def test_a_drained_beat_writes_no_gpr_word():
+    layout = QktLayout(HUB, 32)
+    prog = layout.program()
+    prog[-3] = instr(Opcode.RD_OUT, ch_mask=ALL, op_size=1, gpr_addr=16, out_idx=1)
+    prog[-2] = instr(Opcode.MAC, ch_mask=ALL, op_size=2, row=2, col=0, gbuf_idx=0, out_idx=1)
+    h, _ = two_requests(program=prog, t_cur=(20, 0))
+    before = h.gpr_writes
+    res = h.step()
+    drains = [e for e in res.emissions if e.discard]
+    kept = [e for e in res.emissions if e.command.opcode == Opcode.RD_OUT and not e.discard]
+    assert drains
+    assert h.gpr_writes - before == sum(bin(e.ch_mask).count("1") for e in kept)

@@ -88,3 +88,67 @@ def test_slack_hidden_and_loss_are_consistent(study):
                 assert 0 <= loss[0] <= loss[1] <= loss[2]
                 assert d["capacity_gb"]["jitq"] <= d["capacity_gb"]["two-copies"]
     assert study["alus_per_gpu"] == JITQ_GPU.stacks * JITQ_GPU.alus_per_stack == 1024
+
+
+def test_kernel_energy_is_a_whole_channels_run():
+    """The study prices a one-ALU run for a whole pseudo-channel: its
+    per-bank and per-ALU counts times the channel's ALUs. That equals the
+    energy of the same kernel run on every ALU of the channel (the timing
+    is the same: every command is broadcast)."""
+    from golden import energy
+    from golden.system.jitq_study import channel_energy, energy_tables
+
+    params, alu = energy_tables()
+    out = []
+    for pairs in (1, 8):
+        base = AluConfig.from_profile("hbm-jitq", pairs=pairs, rows=2)
+        cfg = replace(base, rows=rows_needed("strided", 16, base.cols, "bf16"))
+        words = kernel(KernelLayout("strided", 16, cfg.cols, cfg.rows), "col", MX6)
+        r = AluChannel(cfg).run(words, execute=False)
+        out.append((cfg, words, r, energy.alu_trace_counts(cfg, words, r.trace, r.cycles)))
+    (_, _, r1, one), (cfg8, words, r8, eight) = out
+    assert r1.cycles == r8.cycles
+    scaled = channel_energy(one, r1.cycles, 8, params, alu, 0.8333)
+    full = energy.alu_trace_energy(cfg8, params, alu, 0.8333, words, r8.trace, r8.cycles)
+    assert scaled["total_pj"] == pytest.approx(full["total_pj"], rel=1e-12)
+    assert scaled["breakdown"] == pytest.approx(full["breakdown"], rel=1e-12)
+
+
+def test_energy_columns(study):
+    """Every kernel row has its energy per element, and every model's
+    quantization energy is that per element times the block's elements per
+    GPU in both directions; its power is that energy over the PIM time."""
+    for k in study["kernels"]:
+        b = k["pj_per_element_breakdown"]
+        assert k["pj_per_element"] == pytest.approx(sum(b.values()))
+        assert b["alu"] > 0 and b["ld_st"] > 0 and b["background"] > 0
+        assert b["io"] == 0 and b["other"] == 0  # no host traffic in a kernel
+    pick = {(k["format"], k["source"], k["placement"], k["direction"]): k["pj_per_element"]
+            for k in study["kernels"]}
+    for m in study["models"]:
+        params = JITQ_MODELS[m["model"]].block_params / m["tp"]
+        for fname, f in m["formats"].items():
+            for source, s in f["sources"].items():
+                for placement, p in s["placements"].items():
+                    pj = sum(pick[(fname, source, placement, d)] for d in ("row", "col"))
+                    assert p["quant_energy_mj"] == pytest.approx(pj * params * 1e-9, abs=1e-4)
+                    assert p["quant_power_w"] == pytest.approx(
+                        p["quant_energy_mj"] / p["quant_ms"], rel=1e-3)
+
+
+def test_energy_sweep_moves_what_it_names():
+    """``scale`` multiplies a table value: op_pj moves the ALU category
+    only; an unknown key is refused with the valid ones."""
+    from golden.config import ConfigError
+    from golden.system.jitq_study import kernel_table
+
+    base = {(k["format"], k["source"], k["placement"], k["direction"]): k
+            for k in kernel_table()}
+    for k in kernel_table(scale={"op_pj": 0.5, "act_standby_mw": 2}):
+        b0 = base[(k["format"], k["source"], k["placement"], k["direction"])]
+        b, was = k["pj_per_element_breakdown"], b0["pj_per_element_breakdown"]
+        assert b["ld_st"] == pytest.approx(was["ld_st"])
+        assert b["alu"] < was["alu"] and b["background"] > was["background"]
+        assert k["cycles"] == b0["cycles"]
+    with pytest.raises(ConfigError, match="valid: act_pj.*op_pj"):
+        kernel_table(scale={"nope": 1})

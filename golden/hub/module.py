@@ -16,7 +16,7 @@ from golden.hub.cbuf import ConfigBuffer, Request
 from golden.hub.decoder import Decoder
 from golden.hub.ibuf import InstructionBuffer
 from golden.hub.multicast import Emission, deliver
-from golden.hub.ports import READS, STEP_MASK_BITS, DpaFault, Response
+from golden.hub.ports import READS, STEP_MASK_BITS, WRITES, DpaFault, Response
 from golden.isa import (
     COMMAND_BITS,
     HOST_FIELDS,
@@ -57,6 +57,10 @@ class Hub:
         self.streams: list[list[tuple[Command, int | None]]] = [[] for _ in self.channels]
         #: OBuf entries a MAC wrote and no RD-OUT read yet (the decoder's)
         self.dirty = [False] * hub.channel.obuf_entries
+        #: GPR words read (a write beat multicast once to its channels, a
+        #: host GPR-READ) and written (a read beat from a channel, a host
+        #: GPR-WRITE) since reset: what ``golden.energy.hub_energy`` prices
+        self.gpr_reads = self.gpr_writes = 0
         self.last_step: StepResult | None = None
 
     @property
@@ -100,10 +104,12 @@ class Hub:
             if not 0 <= arg_a < self.hub.gpr_entries:
                 return Response(HostStatus.BAD_ARG)
             self.gpr[arg_a] = numerics.words_to_lanes(data)
+            self.gpr_writes += 1
             return Response(HostStatus.OK)
         if op == HostOp.GPR_READ:
             if not 0 <= arg_a < self.hub.gpr_entries:
                 return Response(HostStatus.BAD_ARG)
+            self.gpr_reads += 1
             return Response(HostStatus.OK, numerics.lanes_to_word(self.gpr[arg_a]))
         assert op == HostOp.RAW, op
         return self._raw(arg_a, arg_b, data)
@@ -161,6 +167,11 @@ class Hub:
         return StepResult(dec.emissions, ran, faulted, t)
 
     def _send(self, emissions: list[Emission]) -> None:
+        for e in emissions:
+            if e.command.opcode in WRITES:
+                self.gpr_reads += 1
+            elif e.command.opcode in READS and not e.discard:
+                self.gpr_writes += e.ch_mask.bit_count()
         deliver(emissions, self.channels, self.gpr, self.streams)
 
     # ---- convenience for hosts and tests -----------------------------------

@@ -27,6 +27,16 @@ Capacity per GPU (GB; embeddings not counted)
     (``two-copies``), one (``single-copy``), or with JIT-Q only both copies
     of the block in use and the next.
 
+Energy
+    Every kernel run's trace priced by ``golden.energy`` (the ALU
+    channel's ``[alu_energy]`` table and the profile's ``[energy]``),
+    for a whole pseudo-channel: the one-ALU run's per-bank and per-ALU
+    counts times the channel's ALUs (the timing is the same at every ALU
+    count: every command is broadcast), its refresh and background once.
+    A block's quantization energy per GPU is the energy per element times
+    the block's elements per GPU in each direction; its power is that
+    energy over the PIM time.
+
 Interference
     While the PIM quantizes (a share ``f = min(1, t_pim / t_gemm)`` of the
     GEMM), 16 of 104 CUs issue PIM commands and the banks serve the PIM:
@@ -38,6 +48,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from golden import energy
 from golden.alu import (
     DIRECTIONS,
     PLACEMENTS,
@@ -47,7 +58,7 @@ from golden.alu import (
     command_counts,
     kernel,
 )
-from golden.config import load_profile_data
+from golden.config import ConfigError, load_profile_data
 from golden.mx import FORMATS, MxFormat
 from golden.mx import SOURCES as MX_SOURCES
 from golden.system.reference import JITQ_GPU, JITQ_MODELS, JitqGpu, JitqModel
@@ -62,11 +73,37 @@ def rows_needed(placement: str, tiles: int, cols: int, source: str) -> int:
     return -(-KernelLayout(placement, tiles, cols, 1 << 20, source).end_word // cols) + 1
 
 
-def kernel_table(profile: str = "hbm-jitq", tiles: int = KERNEL_TILES) -> list[dict]:
+def energy_tables(profile: str = "hbm-jitq", scale: dict | None = None):
+    """``(params, alu params)`` of ``profile``, each key of ``scale`` (a
+    factor: ``--set energy.KEY=FACTOR``) applied to the table that has it."""
+    scale = dict(scale or {})
+    unknown = sorted(set(scale) - set(energy.KEYS) - set(energy.ALU_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown key energy.{unknown[0]} (valid: "
+                          f"{', '.join(energy.KEYS + energy.ALU_KEYS)})")
+    return (energy.scaled(energy.energy_params(profile),
+                          {k: v for k, v in scale.items() if k in energy.KEYS}),
+            energy.scaled(energy.alu_energy_params(profile),
+                          {k: v for k, v in scale.items() if k in energy.ALU_KEYS}))
+
+
+def channel_energy(counts: dict, cycles: int, pairs: int, params, alu, t_ck: float) -> dict:
+    """Energy (pJ, :func:`golden.energy.alu_priced`) of a pseudo-channel of
+    ``pairs`` ALUs running what a one-ALU run counted (``counts``, over
+    ``cycles``): the per-bank and per-ALU counts times ``pairs``."""
+    whole = {k: v * pairs if k in energy.ALU_UNIT_COUNTS else v for k, v in counts.items()}
+    return energy.alu_priced(params, alu, t_ck, whole, cycles)
+
+
+def kernel_table(profile: str = "hbm-jitq", tiles: int = KERNEL_TILES,
+                 scale: dict | None = None) -> list[dict]:
     """Cycles and command counts of every kernel shape on one ALU (both
-    banks, ``tiles`` tiles each)."""
+    banks, ``tiles`` tiles each), and its energy per element on a whole
+    pseudo-channel (:func:`channel_energy`)."""
     base = AluConfig.from_profile(profile, pairs=1, rows=2)
+    pairs = AluConfig.from_profile(profile, rows=2).pairs
     t_ck = load_profile_data(profile)["t_ck_ns"]
+    params, alu = energy_tables(profile, scale)
     rows = []
     for source in SOURCES:
         for name, fmt in FORMATS.items():
@@ -77,9 +114,15 @@ def kernel_table(profile: str = "hbm-jitq", tiles: int = KERNEL_TILES) -> list[d
                     words = kernel(lay, direction, fmt)
                     r = AluChannel(cfg).run(words, execute=False)
                     elements = 2 * tiles * 256
+                    counts = energy.alu_trace_counts(cfg, words, r.trace, r.cycles)
+                    e = channel_energy(counts, r.cycles, pairs, params, alu, t_ck)
+                    per = pairs * elements
                     rows.append({"source": source, "format": name, "placement": placement,
                                  "direction": direction, "cycles": r.cycles,
                                  "ns_per_element": r.cycles * t_ck / elements,
+                                 "pj_per_element": e["total_pj"] / per,
+                                 "pj_per_element_breakdown": {
+                                     k: v / per for k, v in e["breakdown"].items()},
                                  **command_counts(words)})
     return rows
 
@@ -88,9 +131,14 @@ def _pim_seconds(table: list[dict], fmt: str, source: str, placement: str, eleme
                  gpu: JitqGpu) -> dict[str, float]:
     """Seconds to quantize ``elements`` along each direction on the GPU's ALUs."""
     alus = gpu.stacks * gpu.alus_per_stack
-    per = {r["direction"]: r["ns_per_element"] for r in table if r["format"] == fmt
-           and r["source"] == source and r["placement"] == placement}
+    per = _per_direction(table, fmt, source, placement, "ns_per_element")
     return {d: per[d] * 1e-9 * elements / alus for d in DIRECTIONS}
+
+
+def _per_direction(table: list[dict], fmt: str, source: str, placement: str,
+                   key: str) -> dict[str, float]:
+    return {r["direction"]: r[key] for r in table if r["format"] == fmt
+            and r["source"] == source and r["placement"] == placement}
 
 
 def gemm_seconds(m: JitqModel, fmt: MxFormat, gpu: JitqGpu = JITQ_GPU) -> dict:
@@ -121,8 +169,10 @@ def capacity_gb(m: JitqModel, fmt: MxFormat, source: str = "bf16") -> dict:
 
 
 def jitq_study(models=tuple(JITQ_MODELS), profile: str = "hbm-jitq",
-               gpu: JitqGpu = JITQ_GPU) -> dict:
-    table = kernel_table(profile)
+               gpu: JitqGpu = JITQ_GPU, scale: dict | None = None) -> dict:
+    """The study (module docstring); ``scale``: factors on energy table
+    keys (:func:`energy_tables`)."""
+    table = kernel_table(profile, scale=scale)
     reduction = {}
     for name, fmt in FORMATS.items():
         pick = {(r["placement"]): r for r in table if r["format"] == name
@@ -150,12 +200,16 @@ def jitq_study(models=tuple(JITQ_MODELS), profile: str = "hbm-jitq",
                     dirs = _pim_seconds(table, fname, source, placement,
                                         m.block_params / m.tp, gpu)
                     t_pim = sum(dirs.values())  # both copies: row- and column-quantized
+                    pj = _per_direction(table, fname, source, placement, "pj_per_element")
+                    e_pim = sum(pj.values()) * 1e-12 * m.block_params / m.tp
                     f = min(1.0, t_pim / g["seconds"])
                     t2 = max(g["compute"] * (1 + f * gpu.pim_cus / (gpu.cus - gpu.pim_cus)),
                              g["memory"] + t_pim)
                     pl[placement] = {"row_ms": round(1e3 * dirs["row"], 4),
                                      "col_ms": round(1e3 * dirs["col"], 4),
                                      "quant_ms": round(1e3 * t_pim, 4),
+                                     "quant_energy_mj": round(1e3 * e_pim, 4),
+                                     "quant_power_w": round(e_pim / t_pim, 3),
                                      "slack_ms": round(1e3 * (g["seconds"] - t_pim), 4),
                                      "hidden": t_pim <= g["seconds"],
                                      "throughput_loss": round(t2 / g["seconds"] - 1, 4)}
@@ -164,6 +218,6 @@ def jitq_study(models=tuple(JITQ_MODELS), profile: str = "hbm-jitq",
                                           "fits_hbm": {k: v <= gpu.hbm_gb for k, v in cap.items()}}
             entry["formats"][fname] = per
         rows.append(entry)
-    return {"profile": profile, "gpu": gpu.__dict__,
+    return {"profile": profile, "gpu": gpu.__dict__, "energy_scale": dict(scale or {}),
             "alus_per_gpu": gpu.stacks * gpu.alus_per_stack,
             "kernels": table, "shift_reduction": reduction, "models": rows}
