@@ -48,6 +48,33 @@ def bench_energy(repeat: int = 3) -> dict:
         best = min(best, time.perf_counter() - start)
     return {"trace_entries": len(result.trace), "total_nj": round(e["total_pj"] / 1e3, 3),
             "wall_s": round(best, 4), "entries_per_s": round(len(result.trace) / best),
+            "over_run": round(best / run_s, 3), "alu": _bench_alu_energy(repeat)}
+
+
+def _bench_alu_energy(repeat: int) -> dict:
+    """The same for the ALU channel: one MX6 kernel (strided-counter, row,
+    16 tiles) on a whole hbm-jitq pseudo-channel, timing only."""
+    from dataclasses import replace
+
+    from golden import energy
+    from golden.alu import AluChannel, AluConfig, KernelLayout, kernel
+    from golden.mx import MX6
+    from golden.system.jitq_study import rows_needed
+
+    base = AluConfig.from_profile("hbm-jitq", rows=2)
+    cfg = replace(base, rows=rows_needed("strided-counter", 16, base.cols, "bf16"))
+    words = kernel(KernelLayout("strided-counter", 16, cfg.cols, cfg.rows), "row", MX6)
+    start = time.perf_counter()
+    result = AluChannel(cfg).run(words, execute=False)
+    run_s = time.perf_counter() - start
+    known = energy.alu_params_for(cfg)
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        e = energy.alu_trace_energy(cfg, *known, words, result.trace, result.cycles)
+        best = min(best, time.perf_counter() - start)
+    return {"trace_entries": len(result.trace), "total_nj": round(e["total_pj"] / 1e3, 3),
+            "wall_s": round(best, 4), "entries_per_s": round(len(result.trace) / best),
             "over_run": round(best / run_s, 3)}
 
 
