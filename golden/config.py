@@ -8,6 +8,7 @@ One ``ChannelConfig`` parameterises both the golden model and the RTL
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
@@ -239,6 +240,24 @@ def read_toml(path: str | Path, what: str) -> dict:
         raise ConfigError(f"{what} {path}: nested too deeply") from None
     except OSError as e:
         raise ConfigError(f"{what} {path}: {e.strerror or e}") from None
+
+
+def number_setting(pair: str, valid, usage: str, hi: float, what: str) -> tuple[str, float]:
+    """One ``--set KEY=VALUE`` pair whose value is a number in [0, ``hi``]:
+    ``(KEY, value)``. ConfigError with ``usage`` when it is not KEY=VALUE or
+    ``valid(KEY)`` is false, and naming ``what`` the value must be when it
+    is not such a number."""
+    key, sep, text = pair.partition("=")
+    key = key.strip()
+    if not sep or not valid(key):
+        raise ConfigError(f"--set {pair!r}: {usage}")
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= hi:
+        raise ConfigError(f"--set {key}: {text.strip()!r} is not {what}")
+    return key, value
 
 
 def load_profile_data(name_or_path: str) -> dict:

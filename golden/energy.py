@@ -219,6 +219,16 @@ def priced(params: EnergyParams, t_ck_ns: float, counts, cycles):
         "mac": counts["macs"] * params.mac_pj,
         "io": beats * params.beat_pj + counts["wr_inps"] * params.gbuf_wr_pj
         + counts["rd_outs"] * params.obuf_rd_pj,
+        **_banks_priced(params, t_ck_ns, counts, cycles),
+    }
+    return {"total_pj": sum(e.values()), "breakdown": e}
+
+
+def _banks_priced(params: EnergyParams, t_ck_ns: float, counts, cycles) -> dict:
+    """The parts every channel kind prices alike (pJ): ``act_pre``,
+    ``refresh``, ``background`` and ``other`` (the array side of host
+    reads and writes)."""
+    return {
         "act_pre": counts["acts"] * params.act_pj + counts["pres"] * params.pre_pj,
         "refresh": counts["refreshes"] * params.ref_pj,
         # mW x ns = pJ
@@ -226,7 +236,6 @@ def priced(params: EnergyParams, t_ck_ns: float, counts, cycles):
                        + (cycles - counts["active"]) * params.pre_standby_mw) * t_ck_ns,
         "other": counts["rds"] * params.rd_pj + counts["wrs"] * params.wr_pj,
     }
-    return {"total_pj": sum(e.values()), "breakdown": e}
 
 
 def row_reads(words: float, cols: int, period: float) -> dict[str, float]:
@@ -333,6 +342,13 @@ def alu_energy_params(profile: str = "hbm-jitq", **overrides) -> AluEnergyParams
     return AluEnergyParams(**_table(profile, "alu_energy", ALU_KEYS, overrides))
 
 
+@dataclass(frozen=True)
+class _Op:
+    """A decoded ALU word's opcode, for :func:`_command_of`."""
+
+    opcode: int
+
+
 def alu_trace_counts(cfg, words: list[int], trace: list[TraceEntry],
                      cycles: int) -> dict[str, int]:
     """The :data:`ALU_COUNTS` of a run of command ``words`` on the ALU
@@ -371,11 +387,6 @@ def alu_trace_counts(cfg, words: list[int], trace: list[TraceEntry],
     return _replay(trace, owner, banks, opens, column, dict.fromkeys(ALU_COUNTS, 0), cycles)
 
 
-@dataclass(frozen=True)
-class _Op:
-    opcode: int
-
-
 def alu_priced(params: EnergyParams, alu: AluEnergyParams, t_ck_ns: float, counts,
                cycles) -> dict:
     """Energy (pJ) of an ALU channel run with ``counts``
@@ -385,11 +396,7 @@ def alu_priced(params: EnergyParams, alu: AluEnergyParams, t_ck_ns: float, count
         "alu": counts["ops"] * alu.op_pj + counts["movs"] * alu.mov_pj,
         "ld_st": counts["lds"] * alu.ld_pj + counts["sts"] * alu.st_pj,
         "io": (counts["rds"] + counts["wrs"]) * params.beat_pj,
-        "act_pre": counts["acts"] * params.act_pj + counts["pres"] * params.pre_pj,
-        "refresh": counts["refreshes"] * params.ref_pj,
-        "background": (counts["active"] * params.act_standby_mw
-                       + (cycles - counts["active"]) * params.pre_standby_mw) * t_ck_ns,
-        "other": counts["rds"] * params.rd_pj + counts["wrs"] * params.wr_pj,
+        **_banks_priced(params, t_ck_ns, counts, cycles),
     }
     return {"total_pj": sum(e.values()), "breakdown": e}
 
@@ -407,9 +414,16 @@ def alu_trace_energy(cfg, params: EnergyParams, alu: AluEnergyParams, t_ck_ns: f
 def alu_params_for(cfg) -> tuple[EnergyParams, AluEnergyParams, float] | None:
     """``(params, alu params, t_ck_ns)`` of the known profile an ALU
     channel ``cfg`` names, or None when it has no ``[alu_energy]`` table."""
-    if cfg.profile not in PROFILES or "alu_energy" not in load_profile_data(cfg.profile):
+    return _known_alu_energy(cfg.profile) if cfg.profile in PROFILES else None
+
+
+@functools.cache
+def _known_alu_energy(profile: str) -> tuple[EnergyParams, AluEnergyParams, float] | None:
+    """:func:`alu_params_for` of a shipped profile, read once (the
+    scoreboards ask for every run)."""
+    if "alu_energy" not in load_profile_data(profile):
         return None
-    return energy_params(cfg.profile), alu_energy_params(cfg.profile), _t_ck_ns(cfg.profile)
+    return energy_params(profile), alu_energy_params(profile), _t_ck_ns(profile)
 
 
 def _t_ck_ns(profile: str) -> float:

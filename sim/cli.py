@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import secrets
 import sys
@@ -498,18 +497,12 @@ def cmd_hetero_training(args) -> int:
 def _energy_factors(pairs, study: str) -> dict[str, float]:
     """``--set energy.KEY=FACTOR`` pairs (a factor in [0, 1000] on an energy
     table key) as ``{KEY: FACTOR}``."""
+    from golden.config import number_setting
+
     out = {}
     for pair in pairs or []:
-        key, sep, text = pair.partition("=")
-        key = key.strip()
-        if not sep or not key.startswith("energy."):
-            raise ConfigError(f"--set {pair!r}: {study} takes energy.KEY=FACTOR")
-        try:
-            v = float(text)
-        except ValueError:
-            v = math.nan
-        if not 0 <= v <= 1e3:
-            raise ConfigError(f"--set {key}: {text.strip()!r} is not a factor in [0, 1000]")
+        key, v = number_setting(pair, lambda k: k.startswith("energy."),
+                                f"{study} takes energy.KEY=FACTOR", 1e3, "a factor in [0, 1000]")
         out[key.removeprefix("energy.")] = v
     return out
 

@@ -250,21 +250,12 @@ def check_energy(config, commands: list[Command], obs: Observed, ref: RunResult,
     profile with an energy table; the observed figure, or None without
     one."""
     rtl = [TraceEntry(i, Opcode(op), c) for i, op, c in obs.trace]
-    if isinstance(config, AluConfig):
-        known = energy.alu_params_for(config)
-        if known is None:
-            return None
-
-        def price(trace):
-            return energy.alu_trace_energy(config, *known, commands, trace, ref.cycles)
-    else:
-        known = energy.params_for(config)
-        if known is None:
-            return None
-
-        def price(trace):
-            return energy.trace_energy(config, *known, commands, trace, ref.cycles)
-    got, want = price(rtl), price(ref.trace)
+    alu = isinstance(config, AluConfig)
+    known = (energy.alu_params_for if alu else energy.params_for)(config)
+    if known is None:
+        return None
+    price = energy.alu_trace_energy if alu else energy.trace_energy
+    got, want = (price(config, *known, commands, trace, ref.cycles) for trace in (rtl, ref.trace))
     if got != want:
         raise ScoreboardError(f"energy: rtl {got['total_pj']:.1f} pJ {got['counts']}, "
                               f"golden {want['total_pj']:.1f} pJ {want['counts']}{replay}")

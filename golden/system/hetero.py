@@ -128,23 +128,12 @@ ENERGY_KEYS = ("fixed_pj_per_flop", "prog_core_w", "cpu_dynamic_w", "cpu_idle_w"
 def config_with(pairs) -> HeteroConfig:
     """The default HeteroConfig with ``KEY=VALUE`` pairs of
     :data:`ENERGY_KEYS` (each a number in [0, 1e6])."""
-    from golden.config import ConfigError
+    from golden.config import number_setting
 
-    values = {}
-    for pair in pairs:
-        key, sep, text = pair.partition("=")
-        key = key.strip()
-        if not sep or key not in ENERGY_KEYS:
-            raise ConfigError(f"--set {pair!r}: hetero-training takes KEY=VALUE with KEY one "
-                              f"of {', '.join(ENERGY_KEYS)}")
-        try:
-            v = float(text)
-        except ValueError:
-            v = math.nan
-        if not 0 <= v <= 1e6:
-            raise ConfigError(f"--set {key}: {text.strip()!r} is not a number in [0, 1e6]")
-        values[key] = v
-    return replace(HeteroConfig(), **values)
+    usage = f"hetero-training takes KEY=VALUE with KEY one of {', '.join(ENERGY_KEYS)}"
+    return replace(HeteroConfig(), **dict(
+        number_setting(pair, ENERGY_KEYS.__contains__, usage, 1e6, "a number in [0, 1e6]")
+        for pair in pairs))
 
 
 def placement(units: int = HETERO_FIXED_UNITS, policy: str = "edge") -> list[int]:
