@@ -342,6 +342,9 @@ class HubConfig:
     gpr_entries: int = 256  # 32 B GPR words
     max_modis: int = 8  # DYN-MODIs per loop
     decode_depth: int = 8  # decoded-command FIFO between the decoder and the multicast
+    #: the HUB has an EPU (softmax and reduction on the GPR, golden/hub/epu.py);
+    #: without one, EPU instructions are BAD_OPCODE at commit
+    epu: bool = False
 
     def __post_init__(self):
         if not isinstance(self.channel, ChannelConfig):
@@ -361,6 +364,8 @@ class HubConfig:
             if key == "chunk_bytes" and value is None:  # the default, resolved below
                 continue
             check_int(key, value, lo, hi)
+        if not isinstance(self.epu, bool):
+            raise ConfigError(f"epu must be true or false, not {self.epu!r}")
         if self.chunk_bytes is None:
             fit = self.row_bytes << (self.channel.rows.bit_length() - 1)
             object.__setattr__(self, "chunk_bytes", min(1 << 20, fit))

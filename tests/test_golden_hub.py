@@ -371,8 +371,8 @@ def test_gpr_accesses_and_the_hub_runs_energy():
     s = qkt_session(HUB, d_head=32, t0={0: 30, 1: 12}, steps=2, seed=1)
     h = Hub(HUB, strict=True)
     emitted = []  # every emission: the steps' and the host's RAW commands
-    send = h._send
-    h._send = lambda ems: (emitted.extend(ems), send(ems))
+    send = h.send
+    h.send = lambda ems: (emitted.extend(ems), send(ems))
     host_w = host_r = 0
     for c in s.calls:
         h.host(c.op, c.req_id, c.arg_a, c.arg_b, c.data)

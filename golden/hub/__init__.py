@@ -4,7 +4,8 @@ host interface over the blocks and the channel models), ``ibuf``
 (instruction buffer, program format, commit check), ``cbuf``
 (configuration buffer and VA2PA), ``decoder`` (the walk of a step),
 ``sequencer`` (Op-size, translation, range checks), ``multicast``
-(emissions and their delivery), ``ports`` (what they share); and the
+(emissions and their delivery), ``epu`` (softmax and reduction on the
+GPR: numerics and cycles), ``ports`` (what they share); and the
 host side, ``session`` (chunk allocation, the QK^T layout and sessions).
 
 This is the specification ``hw/hub/`` meets. A DPA program is a list of
@@ -13,7 +14,8 @@ Each decode step (``HostOp.STEP``) runs it once for every ACTIVE request, in
 request order; then every request that ran gets ``T_cur += 1``.
 
 Program
-    Channel instructions (WR-INP, MAC, RD-OUT, RD, WR) and loops::
+    Channel instructions (WR-INP, MAC, RD-OUT, RD, WR), loops, and (a HUB
+    built with an EPU, ``HubConfig.epu``) EPU instructions outside loops::
 
         DYN-LOOP body_len=L t_div=D    the next L words are the body
           DYN-MODI target=k field=F stride=s   (zero or more, first in the body)
@@ -62,7 +64,16 @@ Timing (cycle-exact with the RTL)
     and offers it from ``m_k + 1``. A fault costs one cycle, then the drain
     visits each OBuf entry in one cycle (a push for a dirty one). After the
     last request the step ends once the FIFO and the register are empty and
-    every read beat has reached the GPR."""
+    every read beat has reached the GPR.
+
+    An EPU instruction (EPU_SOFTMAX, EPU_REDUCE; ``golden.hub.epu``) is
+    range-checked when the decoder visits it in cycle ``t`` (CMD_RANGE:
+    the request faults as above). One with work to do starts in ``b =
+    max(t + 1, F, L)``, where ``F`` is the cycle the multicast register is
+    free of the step's last command and ``L`` the first cycle every read
+    beat of the step so far is in the GPR; it runs ``epu.cycles`` cycles
+    and the decoder goes on at ``b + cycles``. A softmax of T_cur = 0 costs
+    the visit's cycle only."""
 
 from golden.hub.cbuf import ConfigBuffer, Request
 from golden.hub.decoder import Decoder

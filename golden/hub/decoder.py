@@ -4,16 +4,19 @@ Dyn-Modi offsets one field of one body word per iteration, the sequencer
 (``golden.hub.sequencer``) makes each command, which is pushed into the
 decoded-command FIFO and loaded into the multicast register
 (``golden.hub.multicast``); a faulting command stops its request and the
-decoder drains the dirty OBuf entries."""
+decoder drains the dirty OBuf entries. An EPU instruction waits until
+every command before it has been taken and its read beats are in the GPR,
+then holds the decoder while the EPU runs (``golden.hub.epu``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from golden.hub import epu
 from golden.hub.multicast import Emission, Multicast
 from golden.hub.ports import DpaFault
 from golden.hub.sequencer import command
-from golden.isa import Fault, ModiField, Opcode, unpack_instruction
+from golden.isa import EPU_OPCODES, Fault, ModiField, Opcode, ReqState, unpack_instruction
 from golden.streams import Command
 
 
@@ -22,11 +25,18 @@ class Decoder:
     ``golden.hub.Hub``: its instruction buffer, configuration buffer and
     dirty OBuf entries)."""
 
-    def __init__(self, hub, accept: Callable[[int, int], int]):
+    def __init__(self, hub, accept: Callable[[int, int], int],
+                 landed: Callable[[int], int] | None = None):
         self.h = hub
         self.multicast = Multicast(accept)
+        #: ``landed(k)``: the first cycle every read beat of emissions 0 ..
+        #: k-1 is in the GPR (default: as soon as its command is taken)
+        self.landed = landed or (lambda k: -1)
         self.emissions: list[Emission] = []
+        self.sent = 0  # emissions delivered to the channels (before an EPU instruction)
         self.error: DpaFault | None = None
+        #: per EPU instruction run: (request, opcode, first cycle, cycles)
+        self.epu_runs: list[tuple[int, Opcode, int, int]] = []
 
     def emit(self, t: int, req: int | None, mask: int, cmd: Command, gpr: int,
              discard: bool = False) -> int:
@@ -60,6 +70,10 @@ class Decoder:
                 else:
                     nxt = pc + 1 + f["body_len"]
                 t += 1
+            elif op in EPU_OPCODES:
+                t = self._epu(req, op, f, t)
+                if r.state == ReqState.FAULTED:
+                    return t
             elif op == Opcode.DYN_MODI:
                 stride = f["stride"] - (1 << 16 if f["stride"] >> 15 else 0)
                 if f["field_sel"] == ModiField.ROW:
@@ -93,6 +107,33 @@ class Decoder:
                         loop = None
             pc = nxt
         return t
+
+    def _epu(self, req: int, op: Opcode, f: dict[str, int], t: int) -> int:
+        """The EPU instruction ``(op, f)`` of ``req``, visited in cycle ``t``:
+        its range check, the wait for the commands before it and their read
+        beats, the run; returns the decoder's next cycle."""
+        h = self.h
+        r = h.requests[req]
+        bad = epu.range_fault(h.hub.gpr_entries, r.gpr_base, op, f, r.t_cur)
+        if bad:
+            try:
+                h.cbuf.fault(req, Fault.CMD_RANGE, f"request {req}: {bad}")
+            except DpaFault as e:
+                self.error = e
+            return self._drain(t + 1)
+        n = epu.cycles(op, r.t_cur, f.get("op_size", 0), f["span"])
+        if n == 0:
+            return t + 1
+        start = max(t + 1, self.multicast.free, self.landed(len(self.emissions)))
+        self.flush()
+        h.run_epu(req, op, f)
+        self.epu_runs.append((req, op, start, n))
+        return start + n
+
+    def flush(self) -> None:
+        """Deliver the emissions not yet delivered (their data effects)."""
+        self.h.send(self.emissions[self.sent:])
+        self.sent = len(self.emissions)
 
     def _drain(self, t: int) -> int:
         """After a fault: an RD-OUT to every channel, beats dropped, for each

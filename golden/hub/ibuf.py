@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from golden.config import HubConfig
 from golden.hub.ports import COMMIT_INDEX_SHIFT, Response
 from golden.isa import (
+    EPU_OPCODES,
     INSTR_BITS,
     MODI_FIELDS,
     PROGRAM_OPCODES,
@@ -88,8 +89,9 @@ def check_program(words: list[int], hub: HubConfig) -> ProgramCheck:
             op, f = unpack_instruction(word)
         except EncodingError as e:
             return ProgramCheck(Fault.BAD_OPCODE, i, str(e))
-        if op not in PROGRAM_OPCODES:
-            return ProgramCheck(Fault.BAD_OPCODE, i, f"{op.name} is not implemented by the HUB")
+        if op not in PROGRAM_OPCODES and not (hub.epu and op in EPU_OPCODES):
+            return ProgramCheck(Fault.BAD_OPCODE, i, f"{op.name} is not implemented by the HUB"
+                                + (" (built without an EPU)" if op in EPU_OPCODES else ""))
         if op == Opcode.DYN_LOOP:
             if loop_end is not None:
                 return ProgramCheck(Fault.BAD_LOOP, i, "nested DYN-LOOP")
@@ -114,6 +116,13 @@ def check_program(words: list[int], hub: HubConfig) -> ProgramCheck:
             modis.append((target, ModiField(f["field_sel"])))
             continue
         header = False
+        if op in EPU_OPCODES:
+            if loop_end is not None:
+                return ProgramCheck(Fault.BAD_LOOP, i, f"{op.name} inside a DYN-LOOP body")
+            bad = _epu_field(op, f)
+            if bad:
+                return ProgramCheck(Fault.BAD_FIELD, i, bad)
+            continue
         if loop_end is not None:
             body_instr += 1
         for target, fsel in modis:
@@ -133,6 +142,21 @@ def check_program(words: list[int], hub: HubConfig) -> ProgramCheck:
         if body_instr == 0:
             return ProgramCheck(Fault.BAD_LOOP, len(words), "loop body has no channel instruction")
     return ProgramCheck(Fault.NONE, len(words), "")
+
+
+def _epu_field(op: Opcode, f: dict[str, int]) -> str:
+    """What is wrong with an EPU instruction's fields ('' if nothing)."""
+    if f["span"] == 0:
+        return f"{op.name} span=0"
+    if op == Opcode.EPU_REDUCE:
+        if f["op_size"] == 0:
+            return "op_size=0"
+        src, dst, n = f["gpr_addr"], f["dst_addr"], f["op_size"]
+        if src < dst < src + n * f["span"]:
+            return (f"EPU_REDUCE dst_addr={dst} inside its sources [{src}, "
+                    f"{src + n * f['span']}) after their start: a result would overwrite a "
+                    f"word not yet read")
+    return ""
 
 
 def instr(opcode: Opcode, **fields: int) -> int:

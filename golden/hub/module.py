@@ -5,13 +5,14 @@ decoder and the multicast register, over ``n_channels`` channel models."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from golden import numerics
 from golden.channel import ChannelModel
 from golden.config import HubConfig
+from golden.hub import epu
 from golden.hub.cbuf import ConfigBuffer, Request
 from golden.hub.decoder import Decoder
 from golden.hub.ibuf import InstructionBuffer
@@ -19,12 +20,14 @@ from golden.hub.multicast import Emission, deliver
 from golden.hub.ports import READS, STEP_MASK_BITS, WRITES, DpaFault, Response
 from golden.isa import (
     COMMAND_BITS,
+    EPU_OPCODES,
     HOST_FIELDS,
     LANES,
     ErrorCode,
     Fault,
     HostOp,
     HostStatus,
+    Opcode,
     ReqState,
     field_value,
 )
@@ -37,6 +40,8 @@ class StepResult:
     ran: list[int]
     faulted: list[int]
     decode_end: int  # cycle after the decoder's last request
+    #: per EPU instruction run: (request, opcode, first cycle, cycles)
+    epu_runs: list[tuple[int, Opcode, int, int]] = field(default_factory=list)
 
 
 class Hub:
@@ -61,6 +66,9 @@ class Hub:
         #: host GPR-READ) and written (a read beat from a channel, a host
         #: GPR-WRITE) since reset: what ``golden.energy.hub_energy`` prices
         self.gpr_reads = self.gpr_writes = 0
+        #: GPR words through the EPU's datapath (a softmax: three passes
+        #: over its score words; a reduction: each source word) since reset
+        self.epu_words = 0
         self.last_step: StepResult | None = None
 
     @property
@@ -122,17 +130,20 @@ class Hub:
         if code != ErrorCode.NONE or ch_mask == 0 or ch_mask >> n \
                 or not 0 <= gpr <= self.hub.gpr_entries - (n if read else 1):
             return Response(HostStatus.BAD_ARG)
-        self._send([Emission(0, None, ch_mask, cmd, gpr)])
+        self.send([Emission(0, None, ch_mask, cmd, gpr)])
         return Response(HostStatus.OK)
 
     # ---- the decode step -------------------------------------------------
     def step(self, start: int = 0, accept: Callable[[int, int], int] | None = None,
-             ) -> StepResult:
+             landed: Callable[[int], int] | None = None) -> StepResult:
         """One decode step, STEP accepted in cycle ``start``. ``accept(k, e)``
         gives the cycle emission ``k`` (loaded in ``e``) was accepted by its
-        last channel; default ``e + 1`` (channels always ready)."""
+        last channel; default ``e + 1`` (channels always ready).
+        ``landed(k)`` gives the first cycle every read beat of the step's
+        emissions ``0 .. k-1`` is in the GPR (an EPU instruction waits for
+        it); default: when the command is taken."""
         accept = accept or (lambda k, e: e + 1)
-        dec = Decoder(self, accept)
+        dec = Decoder(self, accept, landed)
         t = start + 1
         ran, faulted = [], []
         pending_fault: DpaFault | None = None
@@ -159,14 +170,31 @@ class Hub:
                 pending_fault = pending_fault or dec.error
             else:
                 ran.append(req)
-        self._send(dec.emissions)
+        dec.flush()
         for req in ran:
             self.requests[req].t_cur += 1
         if pending_fault is not None:
             raise pending_fault
-        return StepResult(dec.emissions, ran, faulted, t)
+        return StepResult(dec.emissions, ran, faulted, t, dec.epu_runs)
 
-    def _send(self, emissions: list[Emission]) -> None:
+    def run_epu(self, req: int, op: Opcode, f: dict[str, int]) -> None:
+        """The data effect of EPU instruction ``(op, f)`` of ``req`` on the
+        GPR (range-checked by the decoder)."""
+        assert op in EPU_OPCODES, op
+        r = self.requests[req]
+        src, dst = (r.gpr_base + w for w in epu.gpr_words(op, f, r.t_cur))
+        if op == Opcode.EPU_SOFTMAX:
+            self.gpr[dst] = epu.softmax(self.gpr[src], r.t_cur)
+            self.gpr_reads += 3 * len(src)
+            self.epu_words += 3 * len(src)
+        else:
+            self.gpr[dst] = epu.reduce(self.gpr[src], f["span"])
+            self.gpr_reads += len(src)
+            self.epu_words += len(src)
+        self.gpr_writes += len(dst)
+
+    def send(self, emissions: list[Emission]) -> None:
+        """Deliver ``emissions`` to the channels (their data effects)."""
         for e in emissions:
             if e.command.opcode in WRITES:
                 self.gpr_reads += 1
