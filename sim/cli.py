@@ -441,6 +441,13 @@ def cmd_dpa_capacity(args) -> int:
     return 0
 
 
+def cmd_epu_accuracy(args) -> int:
+    from golden.system.studies import epu_accuracy
+
+    _emit(epu_accuracy(seed=args.seed), args.json)
+    return 0
+
+
 def cmd_dpa_program(args) -> int:
     from golden.config import small_hub_config
     from golden.hub import QktLayout, disassemble
@@ -534,6 +541,7 @@ def cmd_system_study(args) -> int:
 STUDIES = {"gemv": cmd_gemv, "dcs-utilization": cmd_dcs_utilization,
            "fc-utilization": cmd_fc_utilization, "kernel-breakdown": cmd_kernel_breakdown,
            "dpa-program-size": cmd_dpa_program_size, "dpa-capacity": cmd_dpa_capacity,
+           "epu-accuracy": cmd_epu_accuracy,
            "sherpa": cmd_sherpa, "hetero-training": cmd_hetero_training, "jitq": cmd_jitq,
            "pimphony": cmd_system_study, "pimphony-scaling": cmd_system_study,
            "pimphony-gpu": cmd_system_study, "pimphony-serving": cmd_system_study,
@@ -551,6 +559,7 @@ STUDY_OPTIONS = {
     "kernel-breakdown": {"d_head", "groups", "json", "profile", "set", "tokens"},
     "dpa-program-size": {"d_head", "json"},
     "dpa-capacity": {"chunk_bytes", "json", "requests", "seed"},
+    "epu-accuracy": {"json", "seed"},
     "sherpa": {"json", "seq_lens", "split_bytes"},
     "hetero-training": {"csv", "json", "offload_fraction", "plot", "set", "steps",
                         "workloads"},

@@ -361,3 +361,13 @@ def test_reduce_in_a_program_sums_each_channels_word():
     got = [numerics.bf16_to_float(h.gpr[u]) for u in range(2)]
     want = [numerics.bf16_to_float(src[u * n:(u + 1) * n]).sum(axis=0) for u in range(2)]
     np.testing.assert_allclose(got, want, rtol=2 ** -7)
+
+
+def test_epu_accuracy_study():
+    from golden.system.studies import epu_accuracy
+
+    out = epu_accuracy(sizes=(16, 300), seed=1)
+    for row in out["softmax"]:
+        assert row["max_error_ulp"] <= 1 and row["max_steps_from_float32"] <= 1
+        assert row["cycles"] == epu.cycles(Opcode.EPU_SOFTMAX, row["scores"])
+    assert out["reduce"]["max_error_ulp"] <= 1
