@@ -135,6 +135,32 @@ class Epu(wiring.Component):
             "busy": Out(1), "done": Out(1),
         })
 
+    @staticmethod
+    def _lanes(m, x, valid, tree, is_red, group, acc, mx, q, exp_s):
+        """The lanes' datapath: (widened scores, accumulator adders' sums,
+        scaled BF16 results, reduced BF16 results)."""
+        xs = [_widen(m, x[lane], f"x{lane}") for lane in range(LANES)]
+        neg_m = Signal(32, name="neg_m")
+        m.d.comb += neg_m.eq(_widen(m, mx, "negm") ^ (1 << 31))
+        es = [exp_unit(m, f32_add(m, xs[lane], neg_m, f"d{lane}"), f"exp{lane}")
+              for lane in range(LANES)]
+        add_a = [Signal(32, name=f"add_a{lane}") for lane in range(LANES)]
+        add_b = [Signal(32, name=f"add_b{lane}") for lane in range(LANES)]
+        sums = [f32_add(m, add_a[lane], add_b[lane], f"sum{lane}") for lane in range(LANES)]
+        for lane in range(LANES):
+            with m.If(tree):
+                if lane < LANES // 2:
+                    m.d.comb += [add_a[lane].eq(acc[2 * lane]), add_b[lane].eq(acc[2 * lane + 1])]
+            with m.Elif(is_red):
+                m.d.comb += [add_a[lane].eq(acc[lane]), add_b[lane].eq(xs[lane])]
+            with m.Else():
+                m.d.comb += [add_a[lane].eq(acc[lane]),
+                             add_b[lane].eq(Mux(valid[lane], es[lane], 0))]
+        scaled = [scale_unit(m, es[lane], q, exp_s, f"scale{lane}") for lane in range(LANES)]
+        reduced = [f32_to_bf16(m, Mux(group == 0, xs[lane], sums[lane]), f"red{lane}")
+                   for lane in range(LANES)]
+        return xs, sums, scaled, reduced
+
     def elaborate(self, platform):
         m = Module()
         aw = len(self.src)
@@ -164,28 +190,9 @@ class Epu(wiring.Component):
         q, rem, exp_s = Signal(25, name="q"), Signal(25, name="rem"), Signal(8, name="exp_s")
         out, out_valid = Signal(16 * LANES, name="out"), Signal(name="out_valid")
 
-        # ---- the lanes' datapath ---------------------------------------------
-        xs = [_widen(m, x[lane], f"x{lane}") for lane in range(LANES)]
-        neg_m = Signal(32, name="neg_m")
-        m.d.comb += neg_m.eq(_widen(m, mx, "negm") ^ (1 << 31))
-        es = [exp_unit(m, f32_add(m, xs[lane], neg_m, f"d{lane}"), f"exp{lane}")
-              for lane in range(LANES)]
-        tree = Signal(name="tree")
-        add_a = [Signal(32, name=f"add_a{lane}") for lane in range(LANES)]
-        add_b = [Signal(32, name=f"add_b{lane}") for lane in range(LANES)]
-        sums = [f32_add(m, add_a[lane], add_b[lane], f"sum{lane}") for lane in range(LANES)]
-        for lane in range(LANES):
-            with m.If(tree):
-                if lane < LANES // 2:
-                    m.d.comb += [add_a[lane].eq(acc[2 * lane]), add_b[lane].eq(acc[2 * lane + 1])]
-            with m.Elif(is_red):
-                m.d.comb += [add_a[lane].eq(acc[lane]), add_b[lane].eq(xs[lane])]
-            with m.Else():
-                m.d.comb += [add_a[lane].eq(acc[lane]),
-                             add_b[lane].eq(Mux(valid[lane], es[lane], 0))]
-        scaled = [scale_unit(m, es[lane], q, exp_s, f"scale{lane}") for lane in range(LANES)]
-        reduced = [f32_to_bf16(m, Mux(group == 0, xs[lane], sums[lane]), f"red{lane}")
-                   for lane in range(LANES)]
+        tree = Signal(name="tree")  # the accumulator adders sum lane pairs
+        xs, sums, scaled, reduced = self._lanes(m, x, valid, tree, is_red, group, acc, mx, q,
+                                                exp_s)
 
         # ---- reads: word i of a pass addressed in its cycle i ------------------
         reading = Signal(name="reading")
@@ -209,7 +216,7 @@ class Epu(wiring.Component):
         def next_pass():
             m.d.sync += [i.eq(0), raddr.eq(base)]
 
-        with m.FSM(name="epu") as fsm:
+        with m.FSM(name="epu"):
             with m.State("IDLE"):
                 m.d.comb += idle.eq(1)
                 red = self.op == Opcode.EPU_REDUCE
@@ -301,6 +308,5 @@ class Epu(wiring.Component):
                     m.d.comb += self.done.eq(1)
                     m.d.sync += i.eq(0)
                     m.next = "IDLE"
-        del fsm
         m.d.comb += self.busy.eq(~idle)
         return m
