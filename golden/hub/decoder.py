@@ -91,11 +91,7 @@ class Decoder:
                 for u in range(f.get("op_size", 1)):
                     cmd, gpr, fault, msg = command(h.cbuf, req, op, f, u, mods)
                     if fault != Fault.NONE:
-                        try:
-                            h.cbuf.fault(req, fault, msg)
-                        except DpaFault as e:
-                            self.error = e
-                        return self._drain(t + 1)
+                        return self._fault(req, fault, msg, t)
                     t = self.emit(t, req, f["ch_mask"], cmd, gpr)
                 if loop is not None and pc == loop["end"] - 1:
                     loop["tok"] += loop["t_div"]
@@ -116,11 +112,7 @@ class Decoder:
         r = h.requests[req]
         bad = epu.range_fault(h.hub.gpr_entries, r.gpr_base, op, f, r.t_cur)
         if bad:
-            try:
-                h.cbuf.fault(req, Fault.CMD_RANGE, f"request {req}: {bad}")
-            except DpaFault as e:
-                self.error = e
-            return self._drain(t + 1)
+            return self._fault(req, Fault.CMD_RANGE, f"request {req}: {bad}", t)
         n = epu.cycles(op, r.t_cur, f.get("op_size", 0), f["span"])
         if n == 0:
             return t + 1
@@ -134,6 +126,15 @@ class Decoder:
         """Deliver the emissions not yet delivered (their data effects)."""
         self.h.send(self.emissions[self.sent:])
         self.sent = len(self.emissions)
+
+    def _fault(self, req: int, code: Fault, message: str, t: int) -> int:
+        """``req`` faults (``code``) at the word visited in cycle ``t``:
+        recorded (kept as ``error`` in strict mode), then the drain."""
+        try:
+            self.h.cbuf.fault(req, code, message)
+        except DpaFault as e:
+            self.error = e
+        return self._drain(t + 1)
 
     def _drain(self, t: int) -> int:
         """After a fault: an RD-OUT to every channel, beats dropped, for each

@@ -1,7 +1,7 @@
 """The HUB's EPU: softmax over scores gathered in the GPR and the TCP
 reduction of partial sums (DESIGN.md §2, §2.4; docs/epu.md). Bit-exact
 numerics and the cycle count of each instruction; ``golden.hub.Hub`` runs
-them on its GPR (``Hub.epu``).
+them on its GPR (``Hub.run_epu``).
 
 Values travel as bit patterns (BF16 ``uint16``, FP32 ``uint32``), under
 the policy of ``golden.numerics`` (flush to zero, round to nearest even,
@@ -138,7 +138,7 @@ def softmax(scores: np.ndarray, n: int) -> np.ndarray:
         return out
     x = numerics.bf16_to_f32(words)
     xs = x[valid]
-    special = (((xs & 0x7F800000) == 0x7F800000) & ((xs & 0x7FFFFF) != 0)) | (xs == 0x7F800000)
+    special = (xs == numerics.F32_QNAN) | (xs == 0x7F800000)  # NaN (canonical) or +inf
     if special.any() or (xs == 0xFF800000).all():
         out[valid] = numerics.BF16_QNAN
         return out

@@ -26,8 +26,6 @@ from golden.isa import FIELDS, LANES, Opcode
 from hw.fp import BF16_QNAN, f32_add, f32_to_bf16
 from hw.hub.ports import Sizes, gpr_read_port, gpr_write_port
 
-F32_NEG_INF = 0xFF800000
-
 
 def exp_unit(m: Module, d, name: str) -> Signal:
     """``exp(d)`` for FP32 ``d <= 0``: FP32 bits (``golden.hub.epu.exp_f32``)."""
@@ -117,8 +115,9 @@ class Epu(wiring.Component):
     span : In(8), n : In(32), op_size : In(8)
         The word's span; a softmax's number of scores (T_cur, > 0); a
         reduction's result words (> 0).
-    rd, wr : Out(GPR ports)
-        A read port (data the cycle after the address) and a write port.
+    rd, wr : In(GPR ports)
+        A GPR read port (data the cycle after the address) and write port,
+        as ``hw.hub.multicast.Multicast`` takes them.
     busy, done : Out(1)
         Running (from the cycle after ``start``); the run's last cycle.
     """
