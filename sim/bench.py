@@ -405,6 +405,27 @@ def bench_golden_hub() -> dict:
             "channel_commands_per_s": round(commands / wall)}
 
 
+def bench_golden_epu(scores: int = 65536, repeat: int = 3) -> dict:
+    """The golden EPU's softmax (golden.hub.epu) over ``scores`` BF16
+    scores: scores a second, and the modelled EPU cycles it stands for."""
+    import numpy as np
+
+    from golden import numerics
+    from golden.hub import epu
+    from golden.isa import LANES, Opcode
+
+    x = numerics.float_to_bf16(np.random.default_rng(1).standard_normal(scores) * 4)
+    words = np.zeros((epu.softmax_words(scores), LANES), np.uint16)
+    words.reshape(-1)[:scores] = x
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        epu.softmax(words, scores)
+        best = min(best, time.perf_counter() - start)
+    return {"scores": scores, "epu_cycles": epu.cycles(Opcode.EPU_SOFTMAX, scores),
+            "wall_s": round(best, 4), "scores_per_s": round(scores / best)}
+
+
 def bench_rtl_hub(sim: str) -> dict:
     """The PIM module (HUB + 2 channels) per channel policy: the QK^T
     session of tb/test_hub.py qkt_two_requests (4 steps, seed 1) under
@@ -648,6 +669,7 @@ def bench(sims: list[str], study_dir: Path = Path("build")) -> dict:
         "rtl": {sim: bench_rtl(sim) for sim in sims},
         "rtl_dcs_kernel": {sim: bench_rtl_kernel(sim) for sim in sims},
         "golden_hub": bench_golden_hub(),
+        "golden_epu": bench_golden_epu(),
         "rtl_hub": {sim: bench_rtl_hub(sim) for sim in sims},
         "rtl_alu": {sim: bench_rtl_alu(sim) for sim in sims},
         "golden_studies": bench_golden_studies(),
