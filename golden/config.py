@@ -344,7 +344,7 @@ class HubConfig:
     decode_depth: int = 8  # decoded-command FIFO between the decoder and the multicast
     #: the HUB has an EPU (softmax and reduction on the GPR, golden/hub/epu.py);
     #: without one, EPU instructions are BAD_OPCODE at commit
-    epu: bool = False
+    epu: bool = True
 
     def __post_init__(self):
         if not isinstance(self.channel, ChannelConfig):

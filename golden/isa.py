@@ -334,6 +334,12 @@ PROGRAM_OPCODES = (*CHANNEL_OPCODES, *HUB_OPCODES)
 #: (``HubConfig.epu``), outside loops.
 EPU_OPCODES = (Opcode.EPU_SOFTMAX, Opcode.EPU_REDUCE)
 
+
+def program_opcodes(epu: bool) -> tuple[Opcode, ...]:
+    """What a DPA program may contain on a HUB built with an EPU or without."""
+    return (*PROGRAM_OPCODES, *EPU_OPCODES) if epu else PROGRAM_OPCODES
+
+
 INSTR_BITS = 128
 LANES = 16  # BF16 lanes per 32 B word
 WORD_BITS = 16 * LANES

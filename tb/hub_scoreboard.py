@@ -11,7 +11,8 @@ the issue trace. ``check`` then replays the calls on the golden HUB:
 
 * every response equals golden's;
 * every STEP's multicast loads equal the golden decoder's, given the
-  cycles the channels took them;
+  cycles the channels took them and (for an EPU instruction, which waits
+  for them) the cycles their read beats came back;
 * each channel's trace equals a golden channel fed the observed handshake
   cycles, cycle for cycle.
 """
@@ -25,6 +26,7 @@ from golden import energy
 from golden.channel import ChannelModel, Command
 from golden.config import HubConfig
 from golden.hub import HostCall, Hub
+from golden.hub.ports import READS
 from golden.isa import HostOp, Opcode
 from golden.streams import TraceEntry
 
@@ -73,6 +75,7 @@ class HubCheck:
     #: first and last command (the decoder had nothing ready)
     bubbles: list[int]
     channel_commands: int = 0
+    epu_runs: int = 0  # EPU instructions run, every STEP
     #: the run's energy (golden.energy.hub_energy: each channel's trace as
     #: the RTL issued it, over its own run, and the GPR's accesses); None
     #: without the channels' check or an energy table
@@ -101,6 +104,27 @@ def _acceptances(rec: HubRecord, loads, until: int) -> list[int]:
     return out
 
 
+def _landing(rec: HubRecord, model: Hub, observed):
+    """``landed(k)`` for ``Hub.step``: the cycle after the last pop of a
+    read beat of any command before the step's ``k``-th load (the earlier
+    steps' and host RAW commands too), from the observed pops."""
+    before = [sum(cmd.opcode in READS for cmd, _ in st) for st in model.streams]
+    reads = [Command.unpack(word).opcode in READS for _, word, _, _ in observed]
+
+    def landed(k: int) -> int:
+        t = -1
+        for c, pops in enumerate(rec.pops):
+            n = before[c] + sum(1 for (_, _, mask, _), rd in zip(observed[:k], reads[:k],
+                                                                strict=True)
+                                if rd and mask >> c & 1)
+            if n > len(pops):
+                raise HubScoreboardError(f"channel {c}: read beat {n - 1} was never popped")
+            if n:
+                t = max(t, pops[n - 1] + 1)
+        return t
+    return landed
+
+
 def check(hub: HubConfig, calls: list[HostCall], rec: HubRecord,
           channels: bool = True) -> HubCheck:
     """Replay ``calls`` on the golden HUB against ``rec``; raise
@@ -123,9 +147,10 @@ def check(hub: HubConfig, calls: list[HostCall], rec: HubRecord,
             out.bubbles.append(sum(observed[i + 1][0] - accept[i]
                                    for i in range(len(observed) - 1)))
             ref = model.host(c.op, cycle=r.accepted, accept=lambda i, e, a=accept: (
-                a[i] if i < len(a) else e + 1))
+                a[i] if i < len(a) else e + 1), landed=_landing(rec, model, observed))
             want = [(e.cycle, e.command.pack(), e.ch_mask, int(e.discard))
                     for e in model.last_step.emissions]
+            out.epu_runs += len(model.last_step.epu_runs)
             if observed != want:
                 diff = next(i for i, (a, b) in enumerate(zip(observed + [None] * len(want),
                                                              want + [None] * len(observed),

@@ -1,7 +1,8 @@
 """Host-call sessions of the PIM module and their checks, shared by the
 cocotb tests (tb/test_hub.py) and the standalone player (tb/play_tests.py
-``hub_*``): a QK^T decode session checked against numpy, one scenario per
-fault code, and bad host operations."""
+``hub_*``): a QK^T decode session checked against numpy, the same with the
+EPU's softmax and reduction after it, one scenario per fault code, the
+EPU's faults, and bad host operations."""
 
 from __future__ import annotations
 
@@ -12,8 +13,17 @@ import numpy as np
 from golden import numerics
 from golden.channel import Command
 from golden.config import HubConfig
-from golden.hub import HostCall, QktLayout, QktSession, instr, qkt_session, status_fields
-from golden.isa import Fault, HostOp, HostStatus, ModiField, Opcode
+from golden.hub import (
+    COMMIT_INDEX_SHIFT,
+    STEP_MASK_BITS,
+    HostCall,
+    QktLayout,
+    QktSession,
+    instr,
+    qkt_session,
+    status_fields,
+)
+from golden.isa import LANES, Fault, HostOp, HostStatus, ModiField, Opcode
 
 #: the two requests' T_cur at the first step: request 0 crosses a chunk
 #: boundary within four steps (the host grows it between steps)
@@ -160,3 +170,111 @@ def check_host_errors(rsp: list[tuple[int, int]]) -> None:
     codes = [c for c, _ in rsp][:4]
     assert codes == [HostStatus.BAD_OP, HostStatus.BAD_OP, HostStatus.BAD_ARG,
                      HostStatus.BAD_ARG], codes
+
+
+#: the EPU session's requests, T_cur at the first step: both end in a
+#: partial score word
+EPU_T0 = {0: 40, 1: 23}
+EPU_STEPS = 2
+EPU_REDUCE_DST = 2  # relative GPR entry of the reduction's two results (after the query)
+
+
+def epu_program(layout: QktLayout) -> list[int]:
+    """QK^T, then the softmax over the score words in place, then a
+    reduction of score words 0-1 and 2-3 into two words before them."""
+    return layout.program() + [
+        instr(Opcode.EPU_SOFTMAX, gpr_addr=layout.scores, span=1),
+        instr(Opcode.EPU_REDUCE, op_size=2, gpr_addr=layout.scores, dst_addr=EPU_REDUCE_DST,
+              span=2)]
+
+
+def epu_case(hub: HubConfig, seed: int = 0) -> QktCase:
+    """The QK^T session of two requests of unequal length with the EPU's
+    softmax and reduction in its program; after each STEP the host reads
+    the reduction's words, then the score words."""
+    s = qkt_session(hub, d_head=32, t0=EPU_T0, steps=EPU_STEPS, seed=seed)
+    prog = epu_program(s.layout)
+    calls = [HostCall(HostOp.PROG_WRITE, arg_a=i, data=w) for i, w in enumerate(prog)]
+    calls.append(HostCall(HostOp.PROG_COMMIT, arg_a=len(prog),
+                          arg_b=s.layout.tokens_per_chunk))
+    for c in s.calls:
+        if c.op in (HostOp.PROG_WRITE, HostOp.PROG_COMMIT):
+            continue
+        calls.append(c)
+        if c.op == HostOp.STEP:
+            calls += [HostCall(HostOp.GPR_READ, arg_a=s.gpr_base[r] + EPU_REDUCE_DST + u)
+                      for r in EPU_T0 for u in range(2)]
+    return QktCase(s, calls, EPU_STEPS)
+
+
+def check_epu(hub: HubConfig, case: QktCase, rsp: list[tuple[int, int]]) -> None:
+    """After each STEP: the first T_cur scores, read as the EPU lays them
+    out (word i, lane j: score 16 i + j), are a distribution (each in
+    [0, 1], their sum 1 within BF16 rounding), and each reduction word is
+    its two score words' sum (BF16 tolerance)."""
+    s, calls = case.session, case.calls
+    steps = [i for i, c in enumerate(calls) if c.op == HostOp.STEP]
+    for step, first in enumerate(steps):
+        last = steps[step + 1] if step + 1 < len(steps) else len(calls)
+        got = {c.arg_a: numerics.bf16_to_float(numerics.words_to_lanes(d))
+               for c, (_, d) in zip(calls[first:last], rsp[first:last], strict=True)
+               if c.op == HostOp.GPR_READ}
+        for r, t0 in EPU_T0.items():
+            n, base = t0 + step, s.gpr_base[r] + s.layout.scores
+            p = np.concatenate([got[base + i] for i in range(-(-n // LANES))])[:n]
+            assert ((p >= 0) & (p <= 1)).all(), f"request {r}, step {step}: {p}"
+            assert abs(p.sum() - 1) < 0.02, f"request {r}, step {step}: sum {p.sum()}"
+            for u in range(2):
+                want = got[base + 2 * u] + got[base + 2 * u + 1]
+                np.testing.assert_allclose(got[s.gpr_base[r] + EPU_REDUCE_DST + u], want,
+                                           rtol=2 ** -7, atol=1e-30,
+                                           err_msg=f"request {r}, step {step}, word {u}")
+
+
+#: the EPU fault session's commit checks, in order: (program, fault)
+def _epu_bad_programs(hub: HubConfig) -> list[tuple[list[int], Fault]]:
+    every = (1 << hub.n_channels) - 1
+    return [
+        ([instr(Opcode.DYN_LOOP, body_len=2, t_div=8),
+          instr(Opcode.MAC, ch_mask=every, op_size=1),
+          instr(Opcode.EPU_SOFTMAX, gpr_addr=16, span=1)], Fault.BAD_LOOP),
+        ([instr(Opcode.EPU_REDUCE, op_size=2, gpr_addr=8, dst_addr=9, span=2)], Fault.BAD_FIELD),
+        ([instr(Opcode.EPU_SOFTMAX, gpr_addr=16, span=0)], Fault.BAD_FIELD),
+    ]
+
+
+def epu_fault_calls(hub: HubConfig) -> list[HostCall]:
+    """The EPU's faults: a softmax whose score words run past the GPR
+    faults its request (CMD_RANGE) and the other request runs; a softmax
+    at T_cur 0 does nothing; each of ``_epu_bad_programs`` is refused at
+    PROG-COMMIT. It starts by releasing requests 0 and 1 (after
+    ``epu_case``, on the same module)."""
+    layout = QktLayout(hub, 32)
+    far = layout.program() + [instr(Opcode.EPU_SOFTMAX, gpr_addr=layout.scores, span=255)]
+    near = layout.program() + [instr(Opcode.EPU_SOFTMAX, gpr_addr=layout.scores, span=1)]
+    calls = [HostCall(HostOp.RELEASE, r) for r in range(2)]
+    calls += _setup(hub, far, (20, 5), ((0,), (1,))) + [
+        HostCall(HostOp.STEP), _status(0), _status(1)]
+    calls += [HostCall(HostOp.RELEASE, r) for r in range(2)]
+    calls += _setup(hub, near, (0, 5), ((0,), (1,))) + [HostCall(HostOp.STEP), _status(0)]
+    calls += [HostCall(HostOp.RELEASE, r) for r in range(2)]
+    for prog, _ in _epu_bad_programs(hub):
+        calls += [HostCall(HostOp.PROG_WRITE, arg_a=i, data=w) for i, w in enumerate(prog)]
+        calls.append(HostCall(HostOp.PROG_COMMIT, arg_a=len(prog), arg_b=1))
+    return calls
+
+
+def check_epu_faults(hub: HubConfig, calls: list[HostCall], rsp: list[tuple[int, int]]) -> None:
+    """What ``epu_fault_calls`` must give: request 0 faults with CMD_RANGE
+    while request 1 runs; both run at T_cur 0 and 5; each bad program's
+    commit fault code."""
+    steps = [d for c, (_, d) in zip(calls, rsp, strict=True) if c.op == HostOp.STEP]
+    assert steps[0] == 0b10 | 0b01 << STEP_MASK_BITS, f"first STEP: {steps[0]:#x}"
+    assert steps[1] == 0b11, f"second STEP: {steps[1]:#x}"
+    status = next(d for c, (_, d) in zip(calls, rsp, strict=True) if c.op == HostOp.STATUS)
+    assert status_fields(status)["fault"] == Fault.CMD_RANGE
+    commits = [(code, d) for c, (code, d) in zip(calls, rsp, strict=True)
+               if c.op == HostOp.PROG_COMMIT][-len(_epu_bad_programs(hub)):]
+    for (code, d), (_, want) in zip(commits, _epu_bad_programs(hub), strict=True):
+        assert code == HostStatus.FAULT and d & ((1 << COMMIT_INDEX_SHIFT) - 1) == want, \
+            (code, d, want)

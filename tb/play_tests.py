@@ -259,6 +259,21 @@ def hub_faults(p: Player, n: int) -> dict:
             "host_calls": len(calls), "faults": len(scenarios)}
 
 
+def hub_epu(p: Player, n: int) -> dict:
+    """The PIM module: QK^T with the EPU's softmax and reduction, then the
+    EPU's faults (tb/hub_stimulus.py epu_case, epu_fault_calls)."""
+    from tb.hub_stimulus import check_epu, check_epu_faults, epu_case, epu_fault_calls
+
+    case = epu_case(p.config, seed=p.seed % 1000)
+    faults = epu_fault_calls(p.config)
+    rec, result = p.play_hub(case.calls + faults)
+    check_epu(p.config, case, result.responses[:len(case.calls)])
+    check_epu_faults(p.config, faults, result.responses[len(case.calls):])
+    return {"commands": result.channel_commands, "cycles": rec.cycle,
+            "host_calls": len(case.calls) + len(faults),
+            "epu_runs": result.epu_runs}
+
+
 def hub_host_errors(p: Player, n: int) -> dict:
     """The PIM module: bad host operations get BAD_OP / BAD_ARG."""
     from tb.hub_stimulus import check_host_errors, host_error_calls
@@ -296,6 +311,7 @@ TESTS = {
     "alu_kernels": PlayTest(alu_kernels, (), len(KERNEL_CASES), kind="alu"),
     "hub_qkt": PlayTest(hub_qkt, ("static", "dcs"), HUB_STEPS, kind="hub"),
     "hub_faults": PlayTest(hub_faults, ("static", "dcs"), 1, kind="hub"),
+    "hub_epu": PlayTest(hub_epu, ("static", "dcs"), 1, kind="hub"),
     "hub_host_errors": PlayTest(hub_host_errors, ("static", "dcs"), 1, kind="hub"),
 }
 #: tests whose size the caller may scale (--stream-commands and the like)

@@ -34,9 +34,13 @@ from tb import hub_scoreboard, scoreboard
 from tb.hub_scoreboard import CallRecord, HubCheck, HubRecord
 from tb.hub_stimulus import (
     FAULT_WHO,
+    check_epu,
+    check_epu_faults,
     check_fault,
     check_host_errors,
     check_qkt_scores,
+    epu_case,
+    epu_fault_calls,
     fault_scenarios,
     host_error_calls,
     qkt_case,
@@ -230,6 +234,26 @@ async def faults(dut):
         check_fault(code, calls, rsp)
         tb.log.info("%s: request %d faulted, %d commands sent", code.name, FAULT_WHO[code][0],
                     len(tb.loads) - first)
+    await tb.drain()
+    tb.log.info("%d channel commands checked", tb.check_channels())
+    tb.write_metrics()
+
+
+@cocotb.test()
+async def epu(dut):
+    """QK^T, then the EPU's softmax and reduction in the same program, for
+    two requests of unequal length over two steps; then the EPU's faults
+    (a GPR range overrun, T_cur 0, the commit checks). Every response and
+    multicast load equals golden's (which waits for the observed read
+    beats before each EPU run); the softmax is a distribution and the
+    reduction a sum."""
+    hub = config_from_env()
+    tb = HubTB(dut, "epu")
+    await tb.start()
+    case = epu_case(hub, seed=run_seed() % 1000)
+    check_epu(hub, case, await tb.replay(case.calls))
+    calls = epu_fault_calls(hub)
+    check_epu_faults(hub, calls, await tb.replay(calls))
     await tb.drain()
     tb.log.info("%d channel commands checked", tb.check_channels())
     tb.write_metrics()

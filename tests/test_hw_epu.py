@@ -36,13 +36,13 @@ def run_epu(cases: list[dict]) -> list[tuple[np.ndarray, int]]:
                 ctx.set(mem.data[k], numerics.lanes_to_word(w))
             await ctx.tick()
             for name in ("op", "src", "dst", "span", "n", "op_size"):
-                ctx.set(getattr(dut, name), int(case.get(name, 0)))
-            ctx.set(dut.start, 1)
+                ctx.set(getattr(dut.ctrl, name), int(case.get(name, 0)))
+            ctx.set(dut.ctrl.start, 1)
             cycles = 0
             while True:
-                done = ctx.get(dut.done)
+                done = ctx.get(dut.ctrl.done)
                 await ctx.tick()
-                ctx.set(dut.start, 0)
+                ctx.set(dut.ctrl.start, 0)
                 cycles += 1
                 if done:
                     break

@@ -14,6 +14,7 @@ from amaranth.sim import Simulator
 from golden.config import small_hub_config
 from golden.hub import Hub, command, instr
 from golden.isa import (
+    EPU_OPCODES,
     FIELDS,
     ISA,
     Fault,
@@ -137,10 +138,11 @@ def _field(rng, name, big=False):
 
 def _random_program(rng, hub):
     """A program near the valid ones: loops, DYN-MODIs with targets in and
-    out of the body (some past the program counter's width), channel words
-    with small or arbitrary fields, unknown opcodes, bad lengths."""
+    out of the body (some past the program counter's width), channel and
+    EPU words with small or arbitrary fields, unknown opcodes, bad lengths."""
     every = (1 << hub.n_channels) - 1
-    channel_ops = [Opcode.WR_INP, Opcode.MAC, Opcode.RD_OUT, Opcode.RD, Opcode.WR]
+    channel_ops = [Opcode.WR_INP, Opcode.MAC, Opcode.RD_OUT, Opcode.RD, Opcode.WR,
+                   Opcode.EPU_SOFTMAX, Opcode.EPU_REDUCE]
     words = []
     n = int(rng.integers(0, hub.instr_depth + 1))
     while len(words) < n:
@@ -173,22 +175,32 @@ def _commit_cases(rng, count):
          instr(Opcode.DYN_MODI, target=66, field_sel=ModiField.OUT_IDX, stride=1),
          instr(Opcode.MAC, ch_mask=3, op_size=1), instr(Opcode.MAC, ch_mask=3, op_size=1),
          instr(Opcode.RD_OUT, ch_mask=3, op_size=1)]]
+    body = [instr(Opcode.DYN_LOOP, body_len=2, t_div=4), instr(Opcode.MAC, ch_mask=3, op_size=1),
+            instr(Opcode.RD_OUT, ch_mask=3, op_size=1)]
+    for dst in (0, 7, 8, 9, 11, 12):  # the reduction's sources are words 8 .. 11
+        cases.append(body + [instr(Opcode.EPU_SOFTMAX, gpr_addr=8, span=1),
+                             instr(Opcode.EPU_REDUCE, op_size=2, gpr_addr=8, dst_addr=dst,
+                                   span=2)])
+    cases.append(body[:2] + [instr(Opcode.EPU_SOFTMAX, gpr_addr=8, span=1)] + body[2:])
     return cases + [_random_program(rng, HUB) for _ in range(count)]
 
 
-def test_commit_check_against_golden():
+@pytest.mark.parametrize("epu", [False, True], ids=["no-epu", "epu"])
+def test_commit_check_against_golden(epu):
     """PROG-COMMIT of random programs: the decoder's commit walk answers
     what golden's check_program does (code, fault and the first bad word's
-    index), in one cycle per word."""
+    index), in one cycle per word; with an EPU and without (its words are
+    then BAD_OPCODE)."""
     rng = np.random.default_rng(7)
     cases = _commit_cases(rng, 150)
-    dut = _CommitBench(HUB)
+    hub = HUB.replace(epu=epu)
+    dut = _CommitBench(hub)
     codes = {}
 
     async def bench(ctx):
         ibuf, dec = dut.ibuf, dut.dec
         for words in cases:
-            ref = Hub(HUB)
+            ref = Hub(hub)
             for i, w in enumerate(words):
                 ref.host(HostOp.PROG_WRITE, arg_a=i, data=w)
                 ctx.set(ibuf.write.addr, i)
@@ -214,9 +226,12 @@ def test_commit_check_against_golden():
             await ctx.tick()
             assert ctx.get(ibuf.program.fault) == ref.ibuf.fault
             codes[want.data & 0xFF] = codes.get(want.data & 0xFF, 0) + 1
+            if want.code == HostStatus.OK and any(w & 0x1F in EPU_OPCODES for w in words):
+                codes["committed with EPU words"] = codes.get("committed with EPU words", 0) + 1
 
     _run(dut, bench)
     assert {Fault.NONE, Fault.BAD_LOOP, Fault.BAD_FIELD, Fault.BAD_OPCODE} <= set(codes), codes
+    assert ("committed with EPU words" in codes) == epu, codes
 
 
 # ---- sequencer ----------------------------------------------------------------

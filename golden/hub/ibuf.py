@@ -15,13 +15,13 @@ from golden.isa import (
     EPU_OPCODES,
     INSTR_BITS,
     MODI_FIELDS,
-    PROGRAM_OPCODES,
     EncodingError,
     Fault,
     HostStatus,
     ModiField,
     Opcode,
     pack_instruction,
+    program_opcodes,
     unpack_instruction,
 )
 
@@ -89,7 +89,7 @@ def check_program(words: list[int], hub: HubConfig) -> ProgramCheck:
             op, f = unpack_instruction(word)
         except EncodingError as e:
             return ProgramCheck(Fault.BAD_OPCODE, i, str(e))
-        if op not in PROGRAM_OPCODES and not (hub.epu and op in EPU_OPCODES):
+        if op not in program_opcodes(hub.epu):
             return ProgramCheck(Fault.BAD_OPCODE, i, f"{op.name} is not implemented by the HUB"
                                 + (" (built without an EPU)" if op in EPU_OPCODES else ""))
         if op == Opcode.DYN_LOOP:

@@ -87,11 +87,12 @@ class Hub:
     # ---- host protocol ---------------------------------------------------
     def host(self, op: int, req_id: int = 0, arg_a: int = 0, arg_b: int = 0,
              data: int = 0, accept: Callable[[int, int], int] | None = None,
-             cycle: int = 0) -> Response:
+             cycle: int = 0, landed: Callable[[int], int] | None = None) -> Response:
         """One host operation (``golden.isa.HostOp``). Each argument must be
         an integer that fits its field of the host port (``HOST_FIELDS``;
         EncodingError naming it otherwise); an undefined operation within
-        the field is the HUB's BAD_OP."""
+        the field is the HUB's BAD_OP. A STEP takes ``cycle``, ``accept``
+        and ``landed`` (``step``)."""
         op, req_id, arg_a, arg_b, data = (
             field_value(name, v, "host port field") for name, v in
             zip(HOST_FIELDS, (op, req_id, arg_a, arg_b, data), strict=True))
@@ -100,7 +101,7 @@ class Hub:
         except ValueError:
             return Response(HostStatus.BAD_OP)
         if op == HostOp.STEP:
-            r = self.last_step = self.step(cycle, accept)
+            r = self.last_step = self.step(cycle, accept, landed)
             return Response(HostStatus.OK, _mask(r.ran) | _mask(r.faulted) << STEP_MASK_BITS)
         if op in ConfigBuffer.OPS:
             return self.cbuf.host(op, req_id, arg_a, arg_b)

@@ -9,7 +9,13 @@ address through the request's VA2PA table; the decoded commands go into the
 decoded-command FIFO, one per cycle at most. A command that faults stops
 its request, and the decoder then drains every OBuf entry a MAC has
 written and no RD-OUT has read (SCRUB: an RD-OUT to every channel whose
-beats are dropped), so the next request starts on clean OBufs."""
+beats are dropped), so the next request starts on clean OBufs.
+
+An EPU instruction (a HUB built with an EPU) is range-checked when the
+decoder reaches it (CMD_RANGE faults its request as a command would);
+the decoder then waits (EPU_WAIT) until the decoded-command FIFO is empty,
+the multicast register free and every read beat in the GPR (``settled``),
+starts the EPU and holds until its last cycle (EPU_RUN)."""
 
 from amaranth import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import stream, wiring
@@ -19,12 +25,14 @@ from golden.config import HubConfig
 from golden.hub import COMMIT_INDEX_SHIFT
 from golden.isa import (
     FIELDS,
+    LANES,
     MODI_FIELDS,
     Fault,
     HostStatus,
     ModiField,
     Opcode,
     ReqState,
+    program_opcodes,
 )
 from hw.hub.ports import (
     ACC_BITS,
@@ -32,6 +40,7 @@ from hw.hub.ports import (
     Sizes,
     decoder_control,
     entry_layout,
+    epu_port,
     log2,
     log2_ceil,
     program_port,
@@ -122,6 +131,12 @@ class Decoder(wiring.Component):
         The configuration buffer.
     push : Out(stream.Signature(entry_layout))
         Decoded commands, into the decoded-command FIFO.
+    epu : Out(epu_port)
+        The EPU (``hw.hub.ports.epu_port``), with ``HubConfig.epu``.
+    settled : In(1)
+        The decoded-command FIFO is empty, the multicast register free and
+        no read beat due (``hw.hub.multicast.Multicast.settled``): an EPU
+        instruction may start.
     """
 
     def __init__(self, hub: HubConfig):
@@ -130,6 +145,7 @@ class Decoder(wiring.Component):
             "ctrl": In(decoder_control(hub)),
             "program": Out(program_port(hub)), "lookup": Out(request_port(hub)),
             "push": Out(stream.Signature(entry_layout(hub.n_channels))),
+            "epu": Out(epu_port(hub)), "settled": In(1),
         })
 
     def elaborate(self, platform):
@@ -137,7 +153,7 @@ class Decoder(wiring.Component):
         s, R, O = Sizes(hub), hub.requests, hub.channel.obuf_entries
         m = Module()
         prog, lk, push = self.program, self.lookup, self.push
-        cur = Decoded(m, prog.word)
+        cur = Decoded(m, prog.word, opcodes=program_opcodes(hub.epu))
         loop = _Loop(hub, s.pc)
         pc, u = Signal(s.pc, name="pc"), Signal(FIELDS["op_size"].width, name="u")
         req = lk.req
@@ -163,6 +179,10 @@ class Decoder(wiring.Component):
             m.d.sync += dirty.eq(dirty & ~obit)
 
         v_err, v_code = self._check(m, cur, loop, pc)
+        if hub.epu:  # the EPU reads its operands in EPU_WAIT's last cycle
+            m.d.comb += [self.epu.op.eq(cur.opcode), self.epu.src.eq(lk.gpr_base + cur.gpr_addr),
+                         self.epu.dst.eq(lk.gpr_base + cur.dst_addr), self.epu.span.eq(cur.span),
+                         self.epu.n.eq(lk.t_cur), self.epu.op_size.eq(cur.op_size)]
 
         def fault_request(code):
             m.d.comb += [lk.set_fault.eq(1), lk.fault_code.eq(code)]
@@ -234,6 +254,9 @@ class Decoder(wiring.Component):
             with m.State("RUN"):  # cur = word pc
                 self._run(m, cur, loop, pc, u, seq, o_idx, fault_request, next_request)
 
+            if hub.epu:
+                self._epu_states(m, pc, next_request)
+
             with m.State("SCRUB"):
                 last = o_idx == O - 1
                 with m.If(dirty.bit_select(o_idx, 1)):
@@ -266,10 +289,21 @@ class Decoder(wiring.Component):
         with m.Elif(cur.is_[Opcode.DYN_MODI]):
             loop.latch_modi(m, cur)
             m.d.comb += advance.eq(1)
-        with m.Elif(seq.fault != 0):
-            fault_request(seq.fault)
+        def stop(code):  # the request faults at this word: drain, then the next
+            fault_request(code)
             m.d.sync += [self.ctrl.ran.eq(self.ctrl.ran & ~(1 << lk.req)), o_idx.eq(0)]
             m.next = "SCRUB"
+
+        with m.Elif(cur.epu):
+            if self.hub.epu:
+                with m.If(self._epu_range_fault(cur)):
+                    stop(Fault.CMD_RANGE)
+                with m.Elif(cur.is_[Opcode.EPU_SOFTMAX] & (lk.t_cur == 0)):
+                    m.d.comb += advance.eq(1)  # no scores: nothing to do
+                with m.Else():
+                    m.next = "EPU_WAIT"
+        with m.Elif(seq.fault != 0):
+            stop(seq.fault)
         with m.Else():
             m.d.comb += [push.valid.eq(1), push.payload.cmd.eq(seq.cmd),
                          push.payload.mask.eq(cur.ch_mask), push.payload.gpr.eq(seq.gpr)]
@@ -292,6 +326,36 @@ class Decoder(wiring.Component):
             m.d.comb += prog.addr.eq(nxt)
             with m.If(nxt == prog.length):
                 next_request()
+
+    def _epu_range_fault(self, cur):
+        """The EPU word ``cur`` of the request would read or write a GPR
+        entry past the GPR (``golden.hub.epu.range_fault``)."""
+        lk, entries = self.lookup, self.hub.gpr_entries
+        src = lk.gpr_base + cur.gpr_addr
+        words = (lk.t_cur + LANES - 1) >> 4
+        softmax = (words != 0) & (src + (words - 1) * cur.span >= entries)
+        reduce = ((src + cur.op_size * cur.span - 1 >= entries)
+                  | (lk.gpr_base + cur.dst_addr + cur.op_size - 1 >= entries))
+        return Mux(cur.is_[Opcode.EPU_REDUCE], reduce, softmax)
+
+    def _epu_states(self, m, pc, next_request):
+        """EPU_WAIT: until ``settled``, then start the EPU on word ``pc``;
+        EPU_RUN: until its last cycle, then the next word."""
+        prog, e = self.program, self.epu
+        with m.State("EPU_WAIT"):
+            m.d.comb += prog.addr.eq(pc)
+            with m.If(self.settled):
+                m.d.comb += e.start.eq(1)
+                m.next = "EPU_RUN"
+        with m.State("EPU_RUN"):
+            m.d.comb += prog.addr.eq(pc)
+            with m.If(e.done):
+                m.d.sync += pc.eq(pc + 1)
+                m.d.comb += prog.addr.eq(pc + 1)
+                with m.If(pc + 1 == prog.length):
+                    next_request()
+                with m.Else():
+                    m.next = "RUN"
 
     def _check(self, m, cur, loop, pc):
         """The commit walk's checks of word ``pc``: (fault?, its code)."""
@@ -326,6 +390,12 @@ class Decoder(wiring.Component):
             with m.Elif(loop.at(pc) | (cur.field_sel > max(ModiField))
                         | (target_abs >= loop.end) | (target_abs <= pc)):
                 fail(Fault.BAD_FIELD)
+        with m.Elif(cur.epu):
+            if hub.epu:
+                with m.If(eff_loop):
+                    fail(Fault.BAD_LOOP)
+                with m.Elif(self._epu_bad_field(cur)):
+                    fail(Fault.BAD_FIELD)
         with m.Else():
             normal = cur.is_[Opcode.RD] | cur.is_[Opcode.WR]
             with m.If(modi_bad_field | (cur.ch_mask == 0) | ((cur.ch_mask >> N) != 0)
@@ -333,3 +403,11 @@ class Decoder(wiring.Component):
                       | (normal & (cur.bank >= hub.channel.banks))):
                 fail(Fault.BAD_FIELD)
         return v_err, v_code
+
+    @staticmethod
+    def _epu_bad_field(cur):
+        """``golden.hub.ibuf``'s ``_epu_field``: span 0; a reduction with
+        Op-size 0 or its destination inside its sources after their start."""
+        src, dst = cur.gpr_addr, cur.dst_addr
+        inside = (src < dst) & (dst < src + cur.op_size * cur.span)
+        return (cur.span == 0) | (cur.is_[Opcode.EPU_REDUCE] & ((cur.op_size == 0) | inside))

@@ -24,7 +24,7 @@ from golden.config import HubConfig
 from golden.hub import epu as spec
 from golden.isa import FIELDS, LANES, Opcode
 from hw.fp import BF16_QNAN, f32_add, f32_to_bf16
-from hw.hub.ports import Sizes, gpr_read_port, gpr_write_port
+from hw.hub.ports import epu_port, gpr_read_port, gpr_write_port
 
 
 def exp_unit(m: Module, d, name: str) -> Signal:
@@ -102,36 +102,42 @@ def _key(x):
     return Mux(x[15], ~x, Cat(x[0:15], Const(1, 1)))
 
 
+def _max_of(m: Module, values) -> Signal:
+    """The largest of BF16 ``values`` (no NaN), the first on a tie: one
+    comparator after another, each result a signal of its own."""
+    best = values[0]
+    for j, v in enumerate(values[1:], 1):
+        nxt = Signal(16, name=f"max_upto{j}")
+        m.d.comb += nxt.eq(Mux(_key(v) > _key(best), v, best))
+        best = nxt
+    return best
+
+
 class Epu(wiring.Component):
     """Members
     -------
-    start : In(1)
-        Start the instruction on the inputs below (read only in this
-        cycle, which is the first of the run: word 0 is addressed in it).
-    op : In(5)
-        ``Opcode.EPU_SOFTMAX`` or ``Opcode.EPU_REDUCE``.
-    src, dst : In(GPR address)
-        Absolute GPR entries (the request's base added).
-    span : In(8), n : In(32), op_size : In(8)
-        The word's span; a softmax's number of scores (T_cur, > 0); a
-        reduction's result words (> 0).
+    ctrl : In(epu_port)
+        The decoder's port (``hw.hub.ports.epu_port``): ``start`` the
+        instruction on its other members (read only in this cycle, which is
+        the first of the run: word 0 is addressed in it): ``op``
+        (``Opcode.EPU_SOFTMAX`` or ``Opcode.EPU_REDUCE``), ``src`` and
+        ``dst`` (absolute GPR entries, the request's base added), ``span``,
+        ``n`` (a softmax's scores, T_cur > 0) and ``op_size`` (a
+        reduction's result words, > 0); ``done`` in the run's last cycle.
     rd, wr : In(GPR ports)
         A GPR read port (data the cycle after the address) and write port,
         as ``hw.hub.multicast.Multicast`` takes them.
-    busy, done : Out(1)
-        Running (from the cycle after ``start``); the run's last cycle.
+    busy : Out(1)
+        Running (from the cycle after ``start``).
     """
 
     def __init__(self, hub: HubConfig):
         self.hub = hub
-        aw = Sizes(hub).gpr_addr_bits
         super().__init__({
-            "start": In(1), "op": In(FIELDS["opcode"].width), "src": In(aw), "dst": In(aw),
-            "span": In(FIELDS["span"].width), "n": In(FIELDS["t_cur"].width),
-            "op_size": In(FIELDS["op_size"].width),
+            "ctrl": In(epu_port(hub)),
             "rd": In(gpr_read_port(hub)),
             "wr": In(gpr_write_port(hub)),
-            "busy": Out(1), "done": Out(1),
+            "busy": Out(1),
         })
 
     @staticmethod
@@ -162,16 +168,16 @@ class Epu(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        aw = len(self.src)
+        c, aw = self.ctrl, len(self.ctrl.src)
         wbits = FIELDS["t_cur"].width - 4 + 1
         words = Signal(max(wbits, 17), name="words")  # W, or op_size * span
-        n_reg = Signal.like(self.n, name="n_reg")
-        span = Signal.like(self.span, name="span_r")
+        n_reg = Signal.like(c.n, name="n_reg")
+        span = Signal.like(c.span, name="span_r")
         i = Signal(len(words) + 1, name="i")  # cycle within the pass
         raddr, waddr, base = (Signal(aw, name="raddr"), Signal(aw, name="waddr"),
                               Signal(aw, name="base"))
         rvalid, ridx = Signal(name="rvalid"), Signal.like(words, name="ridx")
-        group = Signal.like(self.span, name="group")  # word within a reduction's group
+        group = Signal.like(c.span, name="group")  # word within a reduction's group
         is_red = Signal(name="is_reduce")
         idle = Signal(name="idle")
 
@@ -179,7 +185,7 @@ class Epu(wiring.Component):
         tail = n_reg[0:4]  # scores in a partial last word
         valid = Signal(LANES, name="lane_valid")  # lanes of the word read that hold a score
         m.d.comb += valid.eq(Mux((ridx + 1 == words) & (tail != 0) & ~is_red,
-                                 Cat(Const(lane, 4) < tail for lane in range(LANES)),
+                                 (Const(1, LANES + 1) << tail) - 1,
                                  (1 << LANES) - 1))
 
         lane_max = [Signal(16, name=f"max{lane}", init=0xFF80) for lane in range(LANES)]
@@ -218,15 +224,15 @@ class Epu(wiring.Component):
         with m.FSM(name="epu"):
             with m.State("IDLE"):
                 m.d.comb += idle.eq(1)
-                red = self.op == Opcode.EPU_REDUCE
-                with m.If(self.start):  # cycle 0 of the first pass: word 0 addressed now
-                    m.d.comb += [self.rd.addr.eq(self.src), reading.eq(1)]
-                    m.d.sync += [is_red.eq(red), n_reg.eq(self.n), span.eq(self.span),
-                                 base.eq(self.src), raddr.eq(self.src + Mux(red, 1, self.span)),
+                red = c.op == Opcode.EPU_REDUCE
+                with m.If(c.start):  # cycle 0 of the first pass: word 0 addressed now
+                    m.d.comb += [self.rd.addr.eq(c.src), reading.eq(1)]
+                    m.d.sync += [is_red.eq(red), n_reg.eq(c.n), span.eq(c.span),
+                                 base.eq(c.src), raddr.eq(c.src + Mux(red, 1, c.span)),
                                  ridx.eq(0), i.eq(1), group.eq(0),
-                                 waddr.eq(Mux(red, self.dst, self.src)),
-                                 words.eq(Mux(red, self.op_size * self.span,
-                                              (self.n + LANES - 1) >> 4)),
+                                 waddr.eq(Mux(red, c.dst, c.src)),
+                                 words.eq(Mux(red, c.op_size * c.span,
+                                              (c.n + LANES - 1) >> 4)),
                                  special.eq(0), finite_seen.eq(0),
                                  *[v.eq(0xFF80) for v in lane_max], *[a.eq(0) for a in acc]]
                     with m.If(red):
@@ -248,12 +254,7 @@ class Epu(wiring.Component):
                             with m.If(v != 0xFF80):
                                 m.d.sync += finite_seen.eq(1)
                 with m.If(last):
-                    best, best_key = lane_max[0], _key(lane_max[0])
-                    for lane in range(1, LANES):
-                        k = _key(lane_max[lane])
-                        take = k > best_key
-                        best, best_key = Mux(take, lane_max[lane], best), Mux(take, k, best_key)
-                    m.d.sync += mx.eq(best)
+                    m.d.sync += mx.eq(_max_of(m, lane_max))
                     next_pass()
                     m.next = "SUM"
 
@@ -291,7 +292,7 @@ class Epu(wiring.Component):
                                                 Mux(nan, BF16_QNAN, scaled[lane]))
                                             for lane in range(LANES))), out_valid.eq(1)]
                 with m.If(last):
-                    m.d.comb += self.done.eq(1)
+                    m.d.comb += c.done.eq(1)
                     m.d.sync += i.eq(0)
                     m.next = "IDLE"
 
@@ -304,7 +305,7 @@ class Epu(wiring.Component):
                     with m.If(group + 1 == span):
                         m.d.sync += [out.eq(Cat(reduced)), out_valid.eq(1)]
                 with m.If(last):
-                    m.d.comb += self.done.eq(1)
+                    m.d.comb += c.done.eq(1)
                     m.d.sync += i.eq(0)
                     m.next = "IDLE"
         m.d.comb += self.busy.eq(~idle)

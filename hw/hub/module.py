@@ -7,8 +7,8 @@ timing); the blocks implement it cycle for cycle::
 
     host ──► host interface ──┬── instruction buffer (ibuf.py)
        ◄── (host.py)          ├── configuration buffer + VA2PA (cbuf.py)
-                              ├── GPR (gpr.py)
-                              └── decoder (decoder.py, sequencer.py)
+                              ├── GPR (gpr.py) ◄── EPU (epu.py)
+                              └── decoder (decoder.py, sequencer.py) ──► EPU
                                       │ decoded-command FIFO
                                       ▼
                               multicast register (multicast.py) ──► channel c cmd / wdata
@@ -27,6 +27,7 @@ from golden.isa import FIELDS, WORD_BITS
 from hw.channel import Channel
 from hw.hub.cbuf import ConfigBuffer
 from hw.hub.decoder import Decoder
+from hw.hub.epu import Epu
 from hw.hub.gpr import Gpr
 from hw.hub.host import HostInterface
 from hw.hub.ibuf import InstructionBuffer
@@ -104,6 +105,13 @@ class PimModule(wiring.Component):
         wiring.connect(m, dec.lookup, cbuf.lookup)
         wiring.connect(m, mc.gpr_rd, gpr.beat_rd)
         wiring.connect(m, mc.gpr_wr, gpr.beat_wr)
+        if hub.epu:  # started by the decoder once settled; the GPR's ports while busy
+            m.submodules.epu = epu = Epu(hub)
+            wiring.connect(m, dec.epu, epu.ctrl)
+            wiring.connect(m, epu.rd, gpr.epu_rd)
+            wiring.connect(m, epu.wr, gpr.epu_wr)
+            m.d.comb += [gpr.epu_busy.eq(epu.busy | epu.ctrl.start),
+                         dec.settled.eq(mc.settled & ~dq.r_rdy)]
         m.d.comb += [gpr.beat_busy.eq(mc.gpr_wr_busy),
                      dq.w_data.eq(dec.push.payload), dq.w_en.eq(dec.push.valid),
                      dec.push.ready.eq(dq.w_rdy),

@@ -9,7 +9,9 @@ it on its own handshake. A read command is offered to a channel only while
 that channel's destination FIFO has room: read beats come back per channel
 in issue order, and the FIFO holds each beat's GPR word (``gpr + c``) and
 whether it is dropped (the fault drain). Beats return to the GPR one per
-cycle, lowest channel first."""
+cycle, lowest channel first. ``settled``: the register is free and every
+read beat of every command taken is in the GPR (a count of the beats
+still to come), which is when the decoder may start the EPU."""
 
 from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import fifo, stream, wiring
@@ -38,6 +40,9 @@ class Multicast(wiring.Component):
         The GPR's multicast read port and read-beat write port (``hw.hub.gpr``).
     busy, pending : Out(1)
         The register holds a command; read beats are still to come back.
+    settled : Out(1)
+        The register is free (or its last channel takes it now) and no
+        read beat is due: none outstanding, none taken this cycle.
     loaded, held, cmd_acc, wdata_acc, rdata_pop : Out
         For the testbenches: the register loads this cycle, what it holds,
         and per channel the command, write-beat and read-beat handshakes.
@@ -54,7 +59,7 @@ class Multicast(wiring.Component):
             "rdata": In(stream.Signature(WORD_BITS)).array(n),
             "gpr_rd": In(gpr_read_port(hub)), "gpr_wr": In(gpr_write_port(hub)),
             "gpr_wr_busy": Out(1),
-            "busy": Out(1), "pending": Out(1),
+            "busy": Out(1), "pending": Out(1), "settled": Out(1),
             "loaded": Out(1), "held": Out(entry),
             "cmd_acc": Out(n), "wdata_acc": Out(n), "rdata_pop": Out(n),
         })
@@ -118,6 +123,13 @@ class Multicast(wiring.Component):
             taken = taken | (rdata.valid & dest.r_rdy)
             m.d.comb += [rdata.ready.eq(grant[c]), dest.r_en.eq(grant[c])]
         m.d.comb += [self.rdata_pop.eq(grant), self.gpr_wr_busy.eq(grant.any())]
+
+        # ---- beats due: + one per read command taken, - one per beat popped
+        due = Signal(range(N * depth + 1), name="beats_due")
+        reads_taken = Signal(range(N + 1))
+        m.d.comb += reads_taken.eq(sum(Mux(op.read, cmd_acc[c], 0) for c in range(N)))
+        m.d.sync += due.eq(due + reads_taken - grant.any())
+        m.d.comb += self.settled.eq(free & (due == 0) & (reads_taken == 0))
         for c in reversed(range(N)):
             with m.If(grant[c]):
                 head = dests[c].r_data

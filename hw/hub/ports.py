@@ -114,6 +114,19 @@ def decoder_control(hub: HubConfig) -> wiring.Signature:
     })
 
 
+def epu_port(hub: HubConfig) -> wiring.Signature:
+    """The decoder's port on the EPU (decoder's side): ``start`` an EPU
+    instruction, with its opcode, absolute source and destination GPR
+    entries, span, T_cur (``n``) and Op-size, read in the start cycle only;
+    ``done`` in the instruction's last cycle."""
+    aw = Sizes(hub).gpr_addr_bits
+    return wiring.Signature({
+        "start": Out(1), "op": Out(FIELDS["opcode"].width), "src": Out(aw), "dst": Out(aw),
+        "span": Out(FIELDS["span"].width), "n": Out(FIELDS["t_cur"].width),
+        "op_size": Out(FIELDS["op_size"].width), "done": In(1),
+    })
+
+
 def raw_signature(n_channels: int) -> wiring.Signature:
     """A host RAW command for the multicast register, loaded in the cycle it
     is valid (the host interface sends it only while the register is empty)."""

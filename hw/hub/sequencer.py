@@ -11,6 +11,7 @@ from amaranth.lib.wiring import In, Out
 from golden.config import HubConfig
 from golden.isa import (
     CHANNEL_OPCODES,
+    EPU_OPCODES,
     FIELDS,
     INSTR_BITS,
     ISA,
@@ -25,28 +26,30 @@ from hw.streams import CommandLayout
 
 class Decoded:
     """Every field of an instruction word, selected by its opcode's format
-    (``golden.isa.ISA``), with ``has[name]`` true when the opcode has it."""
+    (``golden.isa.ISA``), with ``has[name]`` true when the opcode has it;
+    ``opcodes``: the opcodes decoded (the rest are not ``known``)."""
 
-    def __init__(self, m, word, prefix="i"):
+    def __init__(self, m, word, prefix="i", opcodes=PROGRAM_OPCODES):
         self.opcode = word[:FIELDS["opcode"].width]
         layouts = {op: data.StructLayout(layout_widths(("opcode", *ISA[op].fields)))
-                   for op in PROGRAM_OPCODES}
+                   for op in opcodes}
         views = {op: data.View(layout, word[:layout.size]) for op, layout in layouts.items()}
         self.has = {}
-        for name in sorted({f for op in PROGRAM_OPCODES for f in ISA[op].fields}):
+        for name in sorted({f for op in opcodes for f in ISA[op].fields}):
             value = Signal(FIELDS[name].width, name=f"{prefix}_{name}")
             has = Signal(name=f"{prefix}_has_{name}")
             expr, present = Const(0, FIELDS[name].width), Const(0)
-            for op in PROGRAM_OPCODES:
+            for op in opcodes:
                 if name in ISA[op].fields:
                     expr = Mux(self.opcode == op, views[op][name], expr)
                     present = present | (self.opcode == op)
             m.d.comb += [value.eq(expr), has.eq(present)]
             setattr(self, name, value)
             self.has[name] = has
-        self.is_ = {op: self.opcode == op for op in PROGRAM_OPCODES}
+        self.is_ = {op: self.opcode == op for op in opcodes}
         self.channel = Cat(self.opcode == op for op in CHANNEL_OPCODES).any()
-        self.known = Cat(self.opcode == op for op in PROGRAM_OPCODES).any()
+        self.known = Cat(self.opcode == op for op in opcodes).any()
+        self.epu = Cat(self.opcode == op for op in EPU_OPCODES if op in opcodes).any()
 
 
 class Sequencer(wiring.Component):
