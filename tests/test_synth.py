@@ -69,7 +69,7 @@ def test_hub_rows_are_its_blocks(tmp_path):
 
     cfg = load_profile("gddr6-aim", banks=4, gbuf_entries=2, obuf_entries=2)
     hub = HubConfig(channel=cfg, n_channels=2, gpr_entries=16, instr_depth=8, requests=2,
-                    chunks_per_request=2, max_modis=2, decode_depth=2)
+                    chunks_per_request=2, max_modis=2, decode_depth=2, epu=False)
     row = synth_block(PimModule(hub, channels=False), tmp_path, "hub", hierarchy=True)
     blocks = row["blocks"]
     for name in (*synth.DISPATCHER, "hub.gpr", "hub.host", "hub.multicast"):
