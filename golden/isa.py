@@ -154,9 +154,11 @@ ISA: dict[Opcode, OpInfo] = {
         OpInfo(Opcode.ACT_AHEAD, Level.CHANNEL, ("ch_mask", "bank", "row"), ("bank", "row"),
                "open (bank, row) in its partition now, no column access: the xPU's "
                "activate-ahead, so later RDs to it stream back to back (LibraPIM DEX)"),
-        OpInfo(Opcode.EPU_SOFTMAX, Level.EPU, ("gpr_addr", "span"), (),
+        OpInfo(Opcode.EPU_SOFTMAX, Level.EPU, ("op_size", "gpr_addr", "span"), (),
                "softmax, in place, over the request's T_cur BF16 scores: element j in GPR "
-               "entry gpr_addr + (j // 16) * span, lane j % 16 (golden/hub/epu.py)"),
+               "entry gpr_addr + (j // 16) * span, lane j % 16; the words written rounded up "
+               "to a multiple of op_size (a power of two), +0 past the last score "
+               "(golden/hub/epu.py)"),
         OpInfo(Opcode.EPU_REDUCE, Level.EPU, ("op_size", "gpr_addr", "dst_addr", "span"), (),
                "for u < op_size: GPR[dst_addr + u] = sum of the span words from "
                "gpr_addr + u * span, FP32 in order, rounded once to BF16"),

@@ -177,13 +177,15 @@ def check_host_errors(rsp: list[tuple[int, int]]) -> None:
 EPU_T0 = {0: 40, 1: 23}
 EPU_STEPS = 2
 EPU_REDUCE_DST = 2  # relative GPR entry of the reduction's two results (after the query)
+EPU_PAD = 4  # the softmax writes whole groups of 4 words (zeros after the last score)
 
 
 def epu_program(layout: QktLayout) -> list[int]:
-    """QK^T, then the softmax over the score words in place, then a
-    reduction of score words 0-1 and 2-3 into two words before them."""
+    """QK^T, then the softmax over the score words in place (padded with
+    zero words to a multiple of EPU_PAD), then a reduction of score words
+    0-1 and 2-3 into two words before them."""
     return layout.program() + [
-        instr(Opcode.EPU_SOFTMAX, gpr_addr=layout.scores, span=1),
+        instr(Opcode.EPU_SOFTMAX, op_size=EPU_PAD, gpr_addr=layout.scores, span=1),
         instr(Opcode.EPU_REDUCE, op_size=2, gpr_addr=layout.scores, dst_addr=EPU_REDUCE_DST,
               span=2)]
 
@@ -210,8 +212,9 @@ def epu_case(hub: HubConfig, seed: int = 0) -> QktCase:
 def check_epu(hub: HubConfig, case: QktCase, rsp: list[tuple[int, int]]) -> None:
     """After each STEP: the first T_cur scores, read as the EPU lays them
     out (word i, lane j: score 16 i + j), are a distribution (each in
-    [0, 1], their sum 1 within BF16 rounding), and each reduction word is
-    its two score words' sum (BF16 tolerance)."""
+    [0, 1], their sum 1 within BF16 rounding), the words after them up to
+    a multiple of EPU_PAD are zero, and each reduction word is its two
+    score words' sum (BF16 tolerance)."""
     s, calls = case.session, case.calls
     steps = [i for i, c in enumerate(calls) if c.op == HostOp.STEP]
     for step, first in enumerate(steps):
@@ -221,7 +224,11 @@ def check_epu(hub: HubConfig, case: QktCase, rsp: list[tuple[int, int]]) -> None
                if c.op == HostOp.GPR_READ}
         for r, t0 in EPU_T0.items():
             n, base = t0 + step, s.gpr_base[r] + s.layout.scores
-            p = np.concatenate([got[base + i] for i in range(-(-n // LANES))])[:n]
+            w = -(-n // LANES)
+            p = np.concatenate([got[base + i] for i in range(w)])
+            assert not p[n:].any() and not any(got[base + i].any()
+                                               for i in range(w, -(-w // EPU_PAD) * EPU_PAD))
+            p = p[:n]
             assert ((p >= 0) & (p <= 1)).all(), f"request {r}, step {step}: {p}"
             assert abs(p.sum() - 1) < 0.02, f"request {r}, step {step}: sum {p.sum()}"
             for u in range(2):
@@ -237,9 +244,10 @@ def _epu_bad_programs(hub: HubConfig) -> list[tuple[list[int], Fault]]:
     return [
         ([instr(Opcode.DYN_LOOP, body_len=2, t_div=8),
           instr(Opcode.MAC, ch_mask=every, op_size=1),
-          instr(Opcode.EPU_SOFTMAX, gpr_addr=16, span=1)], Fault.BAD_LOOP),
+          instr(Opcode.EPU_SOFTMAX, op_size=1, gpr_addr=16, span=1)], Fault.BAD_LOOP),
         ([instr(Opcode.EPU_REDUCE, op_size=2, gpr_addr=8, dst_addr=9, span=2)], Fault.BAD_FIELD),
-        ([instr(Opcode.EPU_SOFTMAX, gpr_addr=16, span=0)], Fault.BAD_FIELD),
+        ([instr(Opcode.EPU_SOFTMAX, op_size=1, gpr_addr=16, span=0)], Fault.BAD_FIELD),
+        ([instr(Opcode.EPU_SOFTMAX, op_size=3, gpr_addr=16, span=1)], Fault.BAD_FIELD),
     ]
 
 
@@ -250,8 +258,10 @@ def epu_fault_calls(hub: HubConfig) -> list[HostCall]:
     PROG-COMMIT. It starts by releasing requests 0 and 1 (after
     ``epu_case``, on the same module)."""
     layout = QktLayout(hub, 32)
-    far = layout.program() + [instr(Opcode.EPU_SOFTMAX, gpr_addr=layout.scores, span=255)]
-    near = layout.program() + [instr(Opcode.EPU_SOFTMAX, gpr_addr=layout.scores, span=1)]
+    far = layout.program() + [instr(Opcode.EPU_SOFTMAX, op_size=1, gpr_addr=layout.scores,
+                                    span=255)]
+    near = layout.program() + [instr(Opcode.EPU_SOFTMAX, op_size=1, gpr_addr=layout.scores,
+                                     span=1)]
     calls = [HostCall(HostOp.RELEASE, r) for r in range(2)]
     calls += _setup(hub, far, (20, 5), ((0,), (1,))) + [
         HostCall(HostOp.STEP), _status(0), _status(1)]

@@ -220,12 +220,39 @@ def test_cycles():
     assert epu.cycles(Opcode.EPU_REDUCE, op_size=4, span=3) == 12 + epu.PASS_TAIL
     with pytest.raises(ValueError, match="not an EPU"):
         epu.cycles(Opcode.MAC)
+    # padding: the third pass also runs over the zero words after the scores
+    assert epu.padded_words(17, 4) == 4 and epu.padded_words(64, 4) == 4
+    assert epu.padded_words(0, 8) == 0 and epu.padded_words(17, 1) == 2
+    assert epu.cycles(Opcode.EPU_SOFTMAX, 17, op_size=4) == 2 * 2 + 4 + epu.SOFTMAX_FIXED
+    assert epu.cycles(Opcode.EPU_SOFTMAX, 64, op_size=4) == 12 + epu.SOFTMAX_FIXED
+    with pytest.raises(ValueError, match="power of two"):
+        epu.padded_words(17, 3)
+
+
+def test_softmax_pads_with_zero_words():
+    """op_size 4 over 5 words of scores: words 5..7 written +0, word 8
+    untouched; the reads and the datapath count the padding once."""
+    h = Hub(HUB, strict=True)
+    h.host(HostOp.ASSIGN, 0, 70, 0)
+    h.host(HostOp.GROW, 0, 0)
+    rng = np.random.default_rng(5)
+    before = numerics.float_to_bf16(rng.standard_normal((12, LANES)))
+    for i, w in enumerate(before):
+        h.host(HostOp.GPR_WRITE, arg_a=i, data=numerics.lanes_to_word(w))
+    assert h.load_program([instr(Opcode.EPU_SOFTMAX, op_size=4, gpr_addr=0, span=1)],
+                          1000).code == HostStatus.OK
+    reads, r = h.gpr_reads, h.step()
+    assert (h.gpr[:5] == epu.softmax(before[:5], 70)).all()
+    assert not h.gpr[5:8].any() and (h.gpr[8:12] == before[8:12]).all()
+    assert h.gpr_reads - reads == 2 * 5 + 8 and h.epu_words == 18
+    (_, _, _, n), = r.epu_runs
+    assert n == 2 * 5 + 8 + epu.SOFTMAX_FIXED
 
 
 # ---- in DPA programs ------------------------------------------------------------
 
 def test_epu_instructions_need_an_epu_and_stay_outside_loops():
-    sm = instr(Opcode.EPU_SOFTMAX, gpr_addr=16, span=1)
+    sm = instr(Opcode.EPU_SOFTMAX, op_size=1, gpr_addr=16, span=1)
     assert check_program([sm], HUB).ok
     no_epu = check_program([sm], HUB.replace(epu=False))
     assert no_epu.fault == Fault.BAD_OPCODE and "without an EPU" in no_epu.message
@@ -233,6 +260,9 @@ def test_epu_instructions_need_an_epu_and_stay_outside_loops():
     looped = check_program([instr(Opcode.DYN_LOOP, body_len=2, t_div=1), mac, sm], HUB)
     assert (looped.fault, looped.index) == (Fault.BAD_LOOP, 2)
     assert check_program([instr(Opcode.EPU_SOFTMAX, gpr_addr=16)], HUB).fault == Fault.BAD_FIELD
+    for pad, ok in ((0, False), (1, True), (3, False), (64, True), (96, False)):
+        got = check_program([instr(Opcode.EPU_SOFTMAX, op_size=pad, gpr_addr=16, span=1)], HUB)
+        assert got.ok == ok, (pad, got)
     red = dict(op_size=2, gpr_addr=8, span=4)
     assert check_program([instr(Opcode.EPU_REDUCE, dst_addr=8, **red)], HUB).ok  # in place
     assert check_program([instr(Opcode.EPU_REDUCE, dst_addr=0, **red)], HUB).ok  # before
@@ -248,7 +278,8 @@ def qkt_softmax_session(t0, steps=2, seed=0):
     """The QK^T session with an EPU softmax over the scores after the loop."""
     s = qkt_session(HUB, d_head=32, t0=t0, steps=steps, seed=seed)
     layout = s.layout
-    prog = layout.program() + [instr(Opcode.EPU_SOFTMAX, gpr_addr=layout.scores, span=1)]
+    prog = layout.program() + [instr(Opcode.EPU_SOFTMAX, op_size=1, gpr_addr=layout.scores,
+                                     span=1)]
     calls = [c for c in s.calls if c.op not in (HostOp.PROG_WRITE, HostOp.PROG_COMMIT)]
     head = [(HostOp.PROG_WRITE, i, w) for i, w in enumerate(prog)]
     return s, prog, head, calls
@@ -320,7 +351,8 @@ def test_softmax_gpr_range_faults_only_its_request():
     (CMD_RANGE) and writes nothing; the other request's runs."""
     layout = QktLayout(HUB, 32)
     span = HUB.gpr_entries // 8
-    prog = layout.program() + [instr(Opcode.EPU_SOFTMAX, gpr_addr=layout.scores, span=span)]
+    prog = layout.program() + [instr(Opcode.EPU_SOFTMAX, op_size=1, gpr_addr=layout.scores,
+                                     span=span)]
     s = qkt_session(HUB, d_head=32, t0={0: 200, 1: 10}, steps=1, seed=2)
     calls = [c for c in s.calls if c.op not in (HostOp.PROG_WRITE, HostOp.PROG_COMMIT)]
     hubs = []

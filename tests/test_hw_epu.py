@@ -62,17 +62,19 @@ def gpr_of(seed, scale=3.0):
     return numerics.float_to_bf16(rng.standard_normal((ENTRIES, LANES)) * scale)
 
 
-def softmax_case(seed, n, span, src=5, poke=None):
+def softmax_case(seed, n, span, src=5, poke=None, pad=1):
     gpr = gpr_of(seed)
     if poke == "all_neg_inf":
         gpr[src:src + epu.softmax_words(n) * span] = 0xFF80
     elif poke is not None:
         gpr[src + span, 2] = poke
-    idx = src + np.arange(epu.softmax_words(n)) * span
+    w = epu.softmax_words(n)
+    idx = src + np.arange(epu.padded_words(n, pad)) * span
     want = gpr.copy()
-    want[idx] = epu.softmax(gpr[idx], n)
-    return ({"gpr": gpr, "op": Opcode.EPU_SOFTMAX, "src": src, "span": span, "n": n},
-            want, epu.cycles(Opcode.EPU_SOFTMAX, n))
+    want[idx] = 0
+    want[idx[:w]] = epu.softmax(gpr[idx[:w]], n)
+    return ({"gpr": gpr, "op": Opcode.EPU_SOFTMAX, "src": src, "span": span, "n": n,
+             "op_size": pad}, want, epu.cycles(Opcode.EPU_SOFTMAX, n, op_size=pad))
 
 
 def reduce_case(seed, span, op_size, src, dst):
@@ -89,6 +91,8 @@ def test_epu_block_matches_golden_bit_and_cycle_exact():
              softmax_case(4, 70, 3), softmax_case(5, 20, 1, poke=0x7FC0),
              softmax_case(6, 20, 1, poke=0x7F80), softmax_case(7, 20, 1, poke=0xFF80),
              softmax_case(8, 20, 1, poke=0x0001), softmax_case(9, 20, 2, poke="all_neg_inf"),
+             softmax_case(13, 37, 1, pad=4), softmax_case(14, 64, 2, pad=4),
+             softmax_case(15, 20, 3, poke=0x7FC0, pad=8),
              reduce_case(10, 1, 3, 4, 20), reduce_case(11, 2, 4, 8, 8),
              reduce_case(12, 4, 2, 16, 3)]
     results = run_epu([c for c, _, _ in cases])

@@ -177,11 +177,13 @@ def _commit_cases(rng, count):
          instr(Opcode.RD_OUT, ch_mask=3, op_size=1)]]
     body = [instr(Opcode.DYN_LOOP, body_len=2, t_div=4), instr(Opcode.MAC, ch_mask=3, op_size=1),
             instr(Opcode.RD_OUT, ch_mask=3, op_size=1)]
-    for dst in (0, 7, 8, 9, 11, 12):  # the reduction's sources are words 8 .. 11
-        cases.append(body + [instr(Opcode.EPU_SOFTMAX, gpr_addr=8, span=1),
+    for dst, pad in zip((0, 7, 8, 9, 11, 12), (1, 2, 3, 4, 0, 128), strict=True):
+        # the reduction's sources are words 8 .. 11; softmax op_size 0 or 3: BAD_FIELD
+        cases.append(body + [instr(Opcode.EPU_SOFTMAX, op_size=pad, gpr_addr=8, span=1),
                              instr(Opcode.EPU_REDUCE, op_size=2, gpr_addr=8, dst_addr=dst,
                                    span=2)])
-    cases.append(body[:2] + [instr(Opcode.EPU_SOFTMAX, gpr_addr=8, span=1)] + body[2:])
+    cases.append(body[:2] + [instr(Opcode.EPU_SOFTMAX, op_size=1, gpr_addr=8, span=1)]
+                 + body[2:])
     return cases + [_random_program(rng, HUB) for _ in range(count)]
 
 

@@ -32,7 +32,9 @@ Softmax of ``n`` BF16 scores ``x`` (BF16 in and out, FP32 inside)
     Any NaN or +inf among the scores, or every score -inf, makes every
     result the canonical NaN (as float32 softmax does: ``inf - inf``);
     a -inf score among finite ones gives +0. Lanes past the ``n``-th
-    score in its last word are written +0.
+    score in its last word are written +0, and so are the words after it
+    up to a whole number of ``op_size`` words (``padded_words``: an SV
+    loop's iterations then read zeros, not stale scores, past T_cur).
 
 Reduction (TCP: SV partial sums from every channel's RD-OUT beats)
     Each result word is ``span`` consecutive GPR words summed lane by lane
@@ -42,12 +44,13 @@ Reduction (TCP: SV partial sums from every channel's RD-OUT beats)
     as every FP32 addition here; the EPU raises no fault for them.
 
 Timing (cycles, one GPR word read per cycle)
-    Softmax over ``W`` score words is three passes over them (max; exp and
-    sum; exp again and scale, writing each result word), each ``W +
-    PASS_TAIL`` cycles, the lane-sum tree (``TREE_LEVELS``, one level a
-    cycle) and the reciprocal (``RECIP_BITS``, one quotient bit a cycle):
-    ``3 W + 3 PASS_TAIL + TREE_LEVELS + RECIP_BITS``. Exp is recomputed
-    in the third pass, so the EPU holds no FP32 copy of the scores.
+    Softmax over ``W`` score words, padded to ``P`` words, is three passes
+    (max and exp-and-sum over the ``W`` words; exp again and scale over
+    the ``P``, writing each result word), each ``PASS_TAIL`` cycles longer
+    than its words, the lane-sum tree (``TREE_LEVELS``, one level a cycle)
+    and the reciprocal (``RECIP_BITS``, one quotient bit a cycle): ``2 W +
+    P + 3 PASS_TAIL + TREE_LEVELS + RECIP_BITS``. Exp is recomputed in the
+    third pass, so the EPU holds no FP32 copy of the scores.
     A reduction of ``op_size`` words of ``span`` is ``op_size * span +
     PASS_TAIL``. ``T_cur = 0`` leaves a softmax nothing to do: it costs
     the decoder's one cycle and touches nothing."""
@@ -168,12 +171,22 @@ def softmax_words(n: int) -> int:
     return -(-n // LANES)
 
 
+def padded_words(n: int, group: int = 1) -> int:
+    """GPR words a softmax over ``n`` scores writes: its score words rounded
+    up to a multiple of ``group`` (a power of two; 0 or 1: no padding)."""
+    g = max(1, group)
+    if g & (g - 1):
+        raise ValueError(f"softmax op_size={group} is not a power of two")
+    return (softmax_words(n) + g - 1) & ~(g - 1)
+
+
 def cycles(op: Opcode, n: int = 0, op_size: int = 0, span: int = 1) -> int:
-    """EPU cycles of one instruction: a softmax over ``n`` scores, a
-    reduction of ``op_size`` words of ``span`` (0: nothing to do)."""
+    """EPU cycles of one instruction: a softmax over ``n`` scores padded to
+    whole groups of ``op_size`` words, a reduction of ``op_size`` words of
+    ``span`` (0: nothing to do)."""
     if op == Opcode.EPU_SOFTMAX:
         w = softmax_words(n)
-        return 3 * w + SOFTMAX_FIXED if w else 0
+        return 2 * w + padded_words(n, op_size) + SOFTMAX_FIXED if w else 0
     if op == Opcode.EPU_REDUCE:
         return op_size * span + PASS_TAIL if op_size else 0
     raise ValueError(f"{op!r} is not an EPU instruction")
@@ -183,7 +196,7 @@ def gpr_words(op: Opcode, f: dict[str, int], t_cur: int) -> tuple[np.ndarray, np
     """(entries read, entries written) of an EPU instruction word's fields
     ``f``, relative to the request's GPR base, for a request at ``t_cur``."""
     if op == Opcode.EPU_SOFTMAX:
-        src = f["gpr_addr"] + np.arange(softmax_words(t_cur)) * f["span"]
+        src = f["gpr_addr"] + np.arange(padded_words(t_cur, f["op_size"])) * f["span"]
         return src, src
     if op == Opcode.EPU_REDUCE:
         return (f["gpr_addr"] + np.arange(f["op_size"] * f["span"]),

@@ -148,9 +148,11 @@ def _epu_field(op: Opcode, f: dict[str, int]) -> str:
     """What is wrong with an EPU instruction's fields ('' if nothing)."""
     if f["span"] == 0:
         return f"{op.name} span=0"
+    if f["op_size"] == 0:
+        return "op_size=0"
+    if op == Opcode.EPU_SOFTMAX and f["op_size"] & (f["op_size"] - 1):
+        return f"EPU_SOFTMAX op_size={f['op_size']} is not a power of two"
     if op == Opcode.EPU_REDUCE:
-        if f["op_size"] == 0:
-            return "op_size=0"
         src, dst, n = f["gpr_addr"], f["dst_addr"], f["op_size"]
         if src < dst < src + n * f["span"]:
             return (f"EPU_REDUCE dst_addr={dst} inside its sources [{src}, "

@@ -184,10 +184,13 @@ class Hub:
         assert op in EPU_OPCODES, op
         r = self.requests[req]
         src, dst = (r.gpr_base + w for w in epu.gpr_words(op, f, r.t_cur))
-        if op == Opcode.EPU_SOFTMAX:
-            self.gpr[dst] = epu.softmax(self.gpr[src], r.t_cur)
-            self.gpr_reads += 3 * len(src)
-            self.epu_words += 3 * len(src)
+        if op == Opcode.EPU_SOFTMAX:  # two passes over the scores, the third over the padding too
+            w = epu.softmax_words(r.t_cur)
+            p = epu.softmax(self.gpr[src[:w]], r.t_cur)
+            self.gpr[dst] = 0
+            self.gpr[dst[:w]] = p
+            self.gpr_reads += 2 * w + len(src)
+            self.epu_words += 2 * w + len(src)
         else:
             self.gpr[dst] = epu.reduce(self.gpr[src], f["span"])
             self.gpr_reads += len(src)

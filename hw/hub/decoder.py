@@ -333,7 +333,8 @@ class Decoder(wiring.Component):
         lk, entries = self.lookup, self.hub.gpr_entries
         src = lk.gpr_base + cur.gpr_addr
         words = (lk.t_cur + LANES - 1) >> 4
-        softmax = (words != 0) & (src + (words - 1) * cur.span >= entries)
+        padded = words + ((0 - words) & (cur.op_size - 1))  # op_size: a power of two
+        softmax = (words != 0) & (src + (padded - 1) * cur.span >= entries)
         reduce = ((src + cur.op_size * cur.span - 1 >= entries)
                   | (lk.gpr_base + cur.dst_addr + cur.op_size - 1 >= entries))
         return Mux(cur.is_[Opcode.EPU_REDUCE], reduce, softmax)
@@ -406,8 +407,11 @@ class Decoder(wiring.Component):
 
     @staticmethod
     def _epu_bad_field(cur):
-        """``golden.hub.ibuf``'s ``_epu_field``: span 0; a reduction with
-        Op-size 0 or its destination inside its sources after their start."""
-        src, dst = cur.gpr_addr, cur.dst_addr
-        inside = (src < dst) & (dst < src + cur.op_size * cur.span)
-        return (cur.span == 0) | (cur.is_[Opcode.EPU_REDUCE] & ((cur.op_size == 0) | inside))
+        """``golden.hub.ibuf``'s ``_epu_field``: span 0 or Op-size 0; a
+        softmax's Op-size not a power of two; a reduction's destination
+        inside its sources after their start."""
+        src, dst, n = cur.gpr_addr, cur.dst_addr, cur.op_size
+        inside = (src < dst) & (dst < src + n * cur.span)
+        pow2 = (n & (n - 1)[:len(n)]) == 0
+        return ((cur.span == 0) | (n == 0) | (cur.is_[Opcode.EPU_SOFTMAX] & ~pow2)
+                | (cur.is_[Opcode.EPU_REDUCE] & inside))

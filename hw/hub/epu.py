@@ -167,10 +167,11 @@ class Epu(wiring.Component):
         return xs, sums, scaled, reduced
 
     def elaborate(self, platform):
-        m = Module()
-        c, aw = self.ctrl, len(self.ctrl.src)
+        m, c, aw = Module(), self.ctrl, len(self.ctrl.src)
         wbits = FIELDS["t_cur"].width - 4 + 1
-        words = Signal(max(wbits, 17), name="words")  # W, or op_size * span
+        words = Signal(max(wbits, 17), name="words")  # W (P in SCALE), or op_size * span
+        pwords, pmask = Signal.like(words, name="pwords"), Signal.like(words, name="pmask")
+        m.d.comb += pmask.eq(c.op_size - 1)  # a softmax's op_size: a power of two
         n_reg = Signal.like(c.n, name="n_reg")
         span = Signal.like(c.span, name="span_r")
         i = Signal(len(words) + 1, name="i")  # cycle within the pass
@@ -184,9 +185,12 @@ class Epu(wiring.Component):
         x = [self.rd.data[16 * lane:16 * lane + 16] for lane in range(LANES)]
         tail = n_reg[0:4]  # scores in a partial last word
         valid = Signal(LANES, name="lane_valid")  # lanes of the word read that hold a score
-        m.d.comb += valid.eq(Mux((ridx + 1 == words) & (tail != 0) & ~is_red,
-                                 (Const(1, LANES + 1) << tail) - 1,
-                                 (1 << LANES) - 1))
+        w_sc = Signal.like(words, name="score_words")  # W (words is P in SCALE)
+        m.d.comb += [w_sc.eq((n_reg + LANES - 1) >> 4),
+                     valid.eq(Mux(is_red, (1 << LANES) - 1, Mux(
+                         ridx >= w_sc, 0, Mux((ridx + 1 == w_sc) & (tail != 0),
+                                              (Const(1, LANES + 1) << tail) - 1,
+                                              (1 << LANES) - 1))))]
 
         lane_max = [Signal(16, name=f"max{lane}", init=0xFF80) for lane in range(LANES)]
         mx = Signal(16, name="mx")
@@ -233,6 +237,7 @@ class Epu(wiring.Component):
                                  waddr.eq(Mux(red, c.dst, c.src)),
                                  words.eq(Mux(red, c.op_size * c.span,
                                               (c.n + LANES - 1) >> 4)),
+                                 pwords.eq((((c.n + LANES - 1) >> 4) + pmask) & ~pmask),
                                  special.eq(0), finite_seen.eq(0),
                                  *[v.eq(0xFF80) for v in lane_max], *[a.eq(0) for a in acc]]
                     with m.If(red):
@@ -282,6 +287,7 @@ class Epu(wiring.Component):
                              exp_s.eq(s[23:31]), i.eq(i + 1)]
                 with m.If(i == spec.RECIP_BITS - 1):
                     next_pass()
+                    m.d.sync += words.eq(pwords)  # the scores and the padding after them
                     m.next = "SCALE"
 
             with m.State("SCALE"):
