@@ -1,0 +1,256 @@
+"""Attention lowered to DPA programs (host side, not hardware): one KV head
+of one sequence is one configuration-buffer request, and its program runs
+QK^T for the ``group`` query heads that share the KV head (GQA; 1 is
+MHA), the EPU's softmax, SV and the TCP reduction of the channels'
+partial sums (PIMphony §IV, DESIGN.md §2.4; docs/lowering.md).
+
+Token-centric placement (TCP) over a module of ``N`` channels of 16 banks
+(a bank's RD-OUT lane is its score, so a score word is 16 tokens):
+
+* **K**: token ``T`` in channel ``(T // 16) % N``, bank ``T % 16``, key
+  slot ``s = T // (16 N)``: the row is ``T / (channels x banks)``
+  (REFERENCE.md). Its ``d_head / 16`` words sit at ``va = (s // u) S +
+  (s % u) words + w``, ``u`` slots an iteration, ``S`` words an iteration
+  in every bank.
+* **Scores**: query ``q``'s score of token ``T`` lands in GPR word
+  ``scores(q) + T // 16``, lane ``T % 16``: the EPU's layout.
+* **V**: score word (chunk) ``k`` of an iteration's ``u N`` goes to token
+  group ``(k // U) % G`` of ``G = max(1, 16 N / d_head)`` channel groups
+  (``U = u N / G`` chunks each); channel ``c`` serves token group ``c %
+  G`` and dimension block ``c // G``; its bank ``b`` holds, in its OBuf
+  entry ``d`` (of ``D = max(1, d_head / (16 N))``), dimension ``(d N / G +
+  c // G) 16 + b``. A V word is 16 tokens of one dimension, at ``va = i S
+  + u words + d U + j`` (iteration ``i``, chunk ``j`` of the group's
+  block). K and V of iteration ``i`` share its ``S`` words, so one VA2PA
+  table serves both and every DYN-MODI stride is ``S``.
+
+The program (one word list, its size independent of the context length):
+WR-INP of the queries; a DYN-LOOP over ``u`` key slots per iteration
+(per slot and query: MAC into its own OBuf entry, RD-OUT of the scores);
+per query an EPU_SOFTMAX padded to the ``u N`` score words an SV
+iteration reads; a DYN-LOOP over the same tokens (per query and token
+group: WR-INP of the group's ``U`` score words to its channels; per
+query and OBuf entry: one MAC of ``U`` words, accumulating over the
+iterations); one RD-OUT of the partial sums and one EPU_REDUCE over the
+``G`` token groups. The result of query ``q`` is ``d_head / 16`` words at
+``out(q)``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from golden.config import HubConfig
+from golden.hub.epu import softmax_words
+from golden.hub.ibuf import check_program, instr
+from golden.isa import LANES, ModiField, Opcode
+
+
+@dataclass(frozen=True)
+class AttentionLayout:
+    """The placement and GPR layout of one KV head's attention on ``hub``
+    (module: ``n_channels`` channels of 16 banks) for contexts up to
+    ``max_tokens``; ``group`` query heads share the KV head; ``unroll``
+    key slots per loop iteration."""
+
+    hub: HubConfig
+    d_head: int
+    group: int = 1
+    max_tokens: int = 1024
+    unroll: int = 1
+
+    def __post_init__(self):
+        hub, cfg = self.hub, self.hub.channel
+        n, d = hub.n_channels, self.d_head
+        need = []
+        if cfg.banks != LANES:
+            need.append(f"{LANES} banks per channel (a score word is one RD-OUT beat), "
+                        f"not {cfg.banks}")
+        if d % LANES or d <= 0:
+            need.append(f"d_head a multiple of {LANES}, not {d}")
+        elif (LANES * n) % d and d % (LANES * n):
+            need.append(f"d_head ({d}) dividing or a multiple of 16 x {n} channels")
+        if self.group < 1 or self.unroll < 1 or self.max_tokens < 1:
+            need.append("group, unroll and max_tokens >= 1")
+        if need:
+            raise ValueError("attention lowering needs " + "; ".join(need))
+        u, g = self.unroll, self.group
+        if (u * n) & (u * n - 1) or (u * n) % self.token_groups:
+            raise ValueError(f"unroll x channels ({u * n}) must be a power of two divisible "
+                             f"by the {self.token_groups} token groups")
+        limits = [("GBuf entries", max(g * self.words, g * self.chunks), cfg.gbuf_entries),
+                  ("OBuf entries", max(u * g, g * self.dims_per_bank), cfg.obuf_entries),
+                  ("DYN-MODIs", max(2 * u * g, g * (self.token_groups + self.dims_per_bank)),
+                   hub.max_modis),
+                  ("GPR entries", self.gpr_words, hub.gpr_entries)]
+        over = [f"{name}: {want} > {have}" for name, want, have in limits if want > have]
+        row = hub.channel.cols * hub.chunk_rows
+        if row % self.stride:
+            over.append(f"{self.stride} words an iteration do not divide a chunk's "
+                        f"{row} words per bank")
+        if over:
+            raise ValueError(f"{self.describe()} does not fit the HUB: " + "; ".join(over))
+
+    # ---- sizes -------------------------------------------------------------
+    @property
+    def words(self) -> int:
+        """Words of a key (and of a query)."""
+        return self.d_head // LANES
+
+    @property
+    def token_groups(self) -> int:
+        """G: channel groups that split an SV iteration's tokens."""
+        return max(1, LANES * self.hub.n_channels // self.d_head)
+
+    @property
+    def dims_per_bank(self) -> int:
+        """D: dimensions (OBuf entries) per bank in SV."""
+        return max(1, self.d_head // (LANES * self.hub.n_channels))
+
+    @property
+    def chunks(self) -> int:
+        """U: score words a token group gets an iteration."""
+        return self.unroll * self.hub.n_channels // self.token_groups
+
+    @property
+    def tokens_per_iteration(self) -> int:
+        return self.unroll * self.hub.n_channels * LANES
+
+    @property
+    def stride(self) -> int:
+        """S: words an iteration takes in every bank (K, then V)."""
+        return self.unroll * self.words + self.dims_per_bank * self.chunks
+
+    @property
+    def tokens_per_chunk(self) -> int:
+        """Tokens a VA2PA chunk holds (PROG-COMMIT's tokens per chunk)."""
+        return self.hub.channel.cols * self.hub.chunk_rows // self.stride \
+            * self.tokens_per_iteration
+
+    @property
+    def score_region(self) -> int:
+        """GPR words of one query's scores: ``max_tokens`` rounded up to an
+        iteration."""
+        it = self.tokens_per_iteration
+        return -(-self.max_tokens // it) * it // LANES
+
+    # ---- the GPR layout (relative to the request's base) ---------------------
+    def query(self, q: int) -> int:
+        return q * self.words
+
+    def scores(self, q: int) -> int:
+        return self.group * self.words + q * self.score_region
+
+    @property
+    def partials(self) -> int:
+        """First of the channels' SV partial sums (RD-OUT beats)."""
+        return self.scores(self.group)
+
+    def out(self, q: int) -> int:
+        return self.partials + self.group * self.dims_per_bank * self.hub.n_channels \
+            + q * self.words
+
+    @property
+    def gpr_words(self) -> int:
+        return self.out(self.group)
+
+    # ---- the program -----------------------------------------------------------
+    def program(self) -> list[int]:
+        hub, n, u, g = self.hub, self.hub.n_channels, self.unroll, self.group
+        w, G, D, U, S = self.words, self.token_groups, self.dims_per_bank, self.chunks, \
+            self.stride
+        every = (1 << n) - 1
+        prog = [instr(Opcode.WR_INP, ch_mask=every, op_size=g * w, gpr_addr=self.query(0),
+                      gbuf_idx=0)]
+        body, modis = [], []
+        for k in range(u):  # QK^T: each query over slot k's open row
+            for q in range(g):
+                o = k * g + q
+                body.append(instr(Opcode.MAC, ch_mask=every, op_size=w, col=k * w,
+                                  gbuf_idx=q * w, out_idx=o))
+                body.append(instr(Opcode.RD_OUT, ch_mask=every, op_size=1,
+                                  gpr_addr=self.scores(q) + k * n, out_idx=o))
+        for i in range(len(body)):  # one DYN-MODI a word: MACs move by S, RD-OUTs by u N
+            modis.append(instr(Opcode.DYN_MODI, target=len(body) + i,
+                               field_sel=ModiField.GPR_ADDR if i % 2 else ModiField.COL,
+                               stride=u * n if i % 2 else S))
+        prog += self._loop(modis, body)
+        prog += [instr(Opcode.EPU_SOFTMAX, op_size=u * n, gpr_addr=self.scores(q), span=1)
+                 for q in range(g)]
+        body, strides = [], []
+        for q in range(g):  # SV
+            for grp in range(G):
+                mask = sum(1 << c for c in range(n) if c % G == grp)
+                body.append(instr(Opcode.WR_INP, ch_mask=mask, op_size=U,
+                                  gpr_addr=self.scores(q) + grp * U, gbuf_idx=q * U))
+                strides.append((ModiField.GPR_ADDR, u * n))
+            for d in range(D):
+                body.append(instr(Opcode.MAC, ch_mask=every, op_size=U,
+                                  col=u * w + d * U, gbuf_idx=q * U, out_idx=q * D + d))
+                strides.append((ModiField.COL, S))
+        modis = [instr(Opcode.DYN_MODI, target=len(strides) + i, field_sel=f, stride=s)
+                 for i, (f, s) in enumerate(strides)]
+        prog += self._loop(modis, body)
+        prog.append(instr(Opcode.RD_OUT, ch_mask=every, op_size=g * D, gpr_addr=self.partials,
+                          out_idx=0))
+        prog.append(instr(Opcode.EPU_REDUCE, op_size=g * w, gpr_addr=self.partials,
+                          dst_addr=self.out(0), span=G))
+        check = check_program(prog, hub)
+        if not check.ok:
+            raise AssertionError(f"lowered program faults at word {check.index}: "
+                                 f"{check.message}")
+        if len(prog) > hub.instr_depth:
+            raise ValueError(f"{self.describe()}: {len(prog)} instruction words exceed the "
+                             f"instruction buffer ({hub.instr_depth})")
+        return prog
+
+    def _loop(self, modis: list[int], body: list[int]) -> list[int]:
+        return [instr(Opcode.DYN_LOOP, body_len=len(modis) + len(body),
+                      t_div=self.tokens_per_iteration), *modis, *body]
+
+    # ---- placement -----------------------------------------------------------------
+    def key_words(self, token: int) -> list[tuple[int, int, int]]:
+        """(channel, bank, virtual word address) of each word of key ``token``."""
+        n = self.hub.n_channels
+        s = token // (LANES * n)
+        c, b = (token // LANES) % n, token % LANES
+        base = s // self.unroll * self.stride + s % self.unroll * self.words
+        return [(c, b, base + w) for w in range(self.words)]
+
+    def value_word(self, token: int, dim: int) -> tuple[int, int, int, int]:
+        """(channel, bank, virtual word address, lane) of element ``dim`` of
+        value ``token``."""
+        n, G, U = self.hub.n_channels, self.token_groups, self.chunks
+        chunk = token // LANES
+        i, r = divmod(chunk, self.unroll * n)
+        grp, j = divmod(r, U)
+        blocks = n // G
+        d, blk = divmod(dim // LANES, blocks)
+        c, b = blk * G + grp, dim % LANES
+        return c, b, i * self.stride + self.unroll * self.words + d * U + j, token % LANES
+
+    def describe(self) -> str:
+        return (f"attention d_head={self.d_head} group={self.group} unroll={self.unroll} "
+                f"max_tokens={self.max_tokens} on {self.hub.n_channels} channels")
+
+
+def score_words(t_cur: int) -> int:
+    """GPR words of ``t_cur`` scores (the EPU's layout)."""
+    return softmax_words(t_cur)
+
+
+def kv_image(layout: AttentionLayout, keys: np.ndarray, values: np.ndarray
+             ) -> dict[tuple[int, int, int], np.ndarray]:
+    """Every bank word the K and V of ``keys``/``values`` (``(T, d_head)``
+    BF16 bits) fill, keyed (channel, bank, va): 16 BF16 lanes, zeros where
+    no token is placed yet."""
+    words: dict[tuple[int, int, int], np.ndarray] = {}
+    for t in range(len(keys)):
+        for w, key in enumerate(layout.key_words(t)):
+            words[key] = keys[t, w * LANES:(w + 1) * LANES]
+        for dim in range(layout.d_head):
+            c, b, va, lane = layout.value_word(t, dim)
+            word = words.setdefault((c, b, va), np.zeros(LANES, np.uint16))
+            word[lane] = values[t, dim]
+    return words

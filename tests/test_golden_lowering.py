@@ -1,0 +1,186 @@
+"""Attention lowered to DPA programs (golden/hub/lowering.py), run on the
+golden PIM module against numpy float32 attention: MHA and GQA, token
+groups split across channels (G > 1) and dimensions over OBuf entries
+(D > 1), requests of unequal length over stale memory; the layout's
+limits; the program's size against the context length."""
+
+import numpy as np
+import pytest
+
+from golden import numerics
+from golden.config import HubConfig, small_config
+from golden.hub import Hub, epu, instr
+from golden.hub.lowering import AttentionLayout, kv_image
+from golden.hub.session import KEY_STAGING
+from golden.isa import LANES, HostOp, HostStatus, Opcode, unpack_instruction
+from golden.streams import Command
+
+CH = small_config().replace(banks=16, gbuf_entries=32, obuf_entries=4)
+
+
+def hub_of(n_channels=2, **kw):
+    fields = dict(channel=CH, n_channels=n_channels,
+                  chunk_bytes=n_channels * CH.banks * 2 * CH.cols * 32, instr_depth=64,
+                  requests=4, chunks_per_request=8, gpr_entries=1024, max_modis=8)
+    fields.update(kw)
+    return HubConfig(**fields)
+
+
+def attention_f32(keys, values, queries):
+    """numpy float32 attention of each query over BF16 keys and values."""
+    k, v = (numerics.bf16_to_float(x).astype(np.float32) for x in (keys, values))
+    out = []
+    for q in queries:
+        s = k @ numerics.bf16_to_float(q).astype(np.float32)
+        p = np.exp(s - s.max())
+        out.append((p / p.sum()) @ v)
+    return np.array(out)
+
+
+def run_attention(hub, layout, lengths, seed=0, stale=True):
+    """One decode step of ``layout``'s program for requests of ``lengths``
+    tokens: (Hub, per request the output words as floats, the reference)."""
+    rng = np.random.default_rng(seed)
+    h = Hub(hub, strict=True)
+    if stale:  # every row holds old data, as chunks freed by earlier requests do
+        for ch in h.channels:
+            for b in range(CH.banks):
+                for row in range(CH.rows):
+                    ch.rows[(b, row)] = numerics.float_to_bf16(
+                        rng.standard_normal((CH.cols, LANES)))
+    prog = layout.program()
+    assert h.load_program(prog, layout.tokens_per_chunk).code == HostStatus.OK
+    region = hub.gpr_entries // len(lengths)
+    staging = hub.gpr_entries + KEY_STAGING
+    chunk = 0
+    refs = []
+    for r, t in enumerate(lengths):
+        d = layout.d_head
+        keys = numerics.float_to_bf16(rng.standard_normal((t, d)) * 0.5)
+        values = numerics.float_to_bf16(rng.standard_normal((t, d)))
+        queries = numerics.float_to_bf16(rng.standard_normal((layout.group, d)) * 0.5)
+        assert h.host(HostOp.ASSIGN, r, t, r * region).code == HostStatus.OK
+        for _ in range(-(-t // layout.tokens_per_chunk)):
+            assert h.host(HostOp.GROW, r, chunk).code == HostStatus.OK
+            chunk += 1
+        for q, vec in enumerate(queries):
+            for w in range(layout.words):
+                h.host(HostOp.GPR_WRITE, arg_a=r * region + layout.query(q) + w,
+                       data=numerics.lanes_to_word(vec[w * LANES:(w + 1) * LANES]))
+        for (c, b, va), lanes in kv_image(layout, keys, values).items():
+            row, col = h.translate(r, va)
+            h.host(HostOp.GPR_WRITE, arg_a=staging, data=numerics.lanes_to_word(lanes))
+            assert h.host(HostOp.RAW, arg_a=1 << c, arg_b=staging,
+                          data=Command(Opcode.WR, bank=b, row=row, col=col).pack()).code == \
+                HostStatus.OK
+        refs.append(attention_f32(keys, values, queries))
+    step = h.step()
+    assert step.ran == list(range(len(lengths)))
+    outs = []
+    for r in range(len(lengths)):
+        base = r * region
+        outs.append(np.array([np.concatenate([
+            numerics.bf16_to_float(h.gpr[base + layout.out(q) + w]) for w in range(layout.words)])
+            for q in range(layout.group)]))
+    return h, outs, refs, step
+
+
+CASES = {  # d_head, channels, group, unroll: (G token groups, D dims per bank)
+    "mha": (32, 2, 1, 1),  # G 1, D 1
+    "gqa": (32, 2, 2, 1),
+    "token-groups": (16, 2, 2, 1),  # G 2
+    "dims-per-bank": (64, 2, 2, 1),  # D 2
+    "unroll": (32, 2, 1, 2),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_attention_matches_numpy(case):
+    """Every query's output within BF16 rounding of numpy float32 attention
+    (scores, probabilities and partial sums are each rounded to BF16 once:
+    a relative error of a few 2^-8 of the output's scale), for requests of
+    37 and 70 tokens (partial iterations) over stale rows."""
+    d_head, n, group, unroll = CASES[case]
+    hub = hub_of(n)
+    layout = AttentionLayout(hub, d_head, group=group, max_tokens=96, unroll=unroll)
+    h, outs, refs, step = run_attention(hub, layout, [37, 70], seed=len(case))
+    for r, (got, want) in enumerate(zip(outs, refs, strict=True)):
+        scale = np.abs(want).max()
+        err = np.abs(got - want).max() / scale
+        assert err < 2 ** -5, f"{case}: request {r} relative error {err:.4f}"
+    # the EPU ran each query's softmax and one reduction per request
+    ops = [op for _, op, _, _ in step.epu_runs]
+    assert ops == ([Opcode.EPU_SOFTMAX] * group + [Opcode.EPU_REDUCE]) * 2
+
+
+def test_without_the_padding_stale_scores_leak_into_sv():
+    """The softmax's padding is what keeps SV's last iteration clean: with
+    op_size 1 the outputs are wrong over stale rows."""
+    hub = hub_of(2)
+    layout = AttentionLayout(hub, 32, group=1, max_tokens=96)
+
+    def unpadded(word):
+        op, f = unpack_instruction(word)
+        return instr(op, **{**f, "op_size": 1}) if op == Opcode.EPU_SOFTMAX else word
+
+    bad = _Patched(layout, [unpadded(w) for w in layout.program()])
+    assert bad.program() != layout.program()
+    _, outs, refs, _ = run_attention(hub, bad, [37], seed=3)
+    err = np.abs(outs[0] - refs[0]).max() / np.abs(refs[0]).max()
+    assert err > 2 ** -3, err
+
+
+class _Patched:
+    """``layout`` with its program replaced."""
+
+    def __init__(self, layout, prog):
+        self._layout, self._prog = layout, prog
+
+    def program(self):
+        return self._prog
+
+    def __getattr__(self, name):
+        return getattr(self._layout, name)
+
+
+def test_layout_limits_are_named():
+    with pytest.raises(ValueError, match="16 banks"):
+        AttentionLayout(HubConfig(channel=small_config(), n_channels=2), 32)
+    with pytest.raises(ValueError, match="DYN-MODIs"):
+        AttentionLayout(hub_of(2), 32, group=5, unroll=1)
+    with pytest.raises(ValueError, match="GPR entries"):
+        AttentionLayout(hub_of(2), 32, max_tokens=1 << 20)
+    with pytest.raises(ValueError, match="power of two"):
+        AttentionLayout(hub_of(3, chunk_bytes=3 * 16 * 2 * CH.cols * 32), 48)
+
+
+def test_program_size_is_constant_in_context_length():
+    """The PIMphony module with DCS (16 channels of 16 banks, 8 OBuf
+    entries, 16 DYN-MODIs; GQA group 4, d_head 128): the same
+    instruction words for every context from 1K tokens to the largest whose
+    four queries' scores fit the 512 KB GPR (32K), while the commands the decoder
+    expands grow with it; a 1M-token context is refused with the GPR named
+    (the EPU's softmax needs a query's scores in the GPR at once)."""
+    from golden.hub import unrolled_instructions
+    from golden.system.studies import reference_hub
+
+    base = reference_hub(max_modis=16)  # DCS: 8 OBuf entries (model.Assumptions)
+    hub = base.replace(channel=base.channel.replace(policy="dcs", obuf_entries=8))
+    sizes, expanded = set(), []
+    for k in range(10, 16):
+        layout = AttentionLayout(hub, 128, group=4, max_tokens=1 << k)
+        prog = layout.program()
+        sizes.add(len(prog))
+        expanded.append(unrolled_instructions(prog, 1 << k))
+    assert len(sizes) == 1 and sizes.pop() <= hub.instr_depth
+    assert all(b > 1.9 * a for a, b in zip(expanded, expanded[1:], strict=False))
+    with pytest.raises(ValueError, match="GPR entries"):
+        AttentionLayout(hub, 128, group=4, max_tokens=1 << 20)
+
+
+def test_softmax_padding_matches_an_sv_iteration():
+    layout = AttentionLayout(hub_of(2), 32, group=1, max_tokens=96, unroll=2)
+    prog = layout.program()
+    pads = [f["op_size"] for op, f in map(unpack_instruction, prog) if op == Opcode.EPU_SOFTMAX]
+    assert pads == [layout.tokens_per_iteration // LANES]
+    assert epu.padded_words(37, pads[0]) * LANES % layout.tokens_per_iteration == 0
