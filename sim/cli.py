@@ -453,6 +453,8 @@ def cmd_dpa_program(args) -> int:
     from golden.hub import QktLayout, disassemble
     from golden.system.studies import reference_hub
 
+    if args.kernel == "attention":
+        return _attention_program(args)
     hub = reference_hub() if args.reference else small_hub_config()
     layout = QktLayout(hub, args.d_head, unroll=args.unroll or min(
         2, hub.channel.obuf_entries))
@@ -461,6 +463,27 @@ def cmd_dpa_program(args) -> int:
     print(f"# tokens per iteration {layout.unroll * layout.tokens_per_slot}, per chunk "
           f"{layout.tokens_per_chunk} (PROG_COMMIT arg_b); {len(words)} words = "
           f"{16 * len(words)} B")
+    print("\n".join(disassemble(words)))
+    return 0
+
+
+def _attention_program(args) -> int:
+    from golden.hub import disassemble
+    from golden.hub.lowering import AttentionLayout, small_attention_hub
+    from golden.system.studies import reference_attention_hub
+
+    hub = reference_attention_hub() if args.reference else small_attention_hub()
+    layout = AttentionLayout(hub, args.d_head, group=args.group, max_tokens=args.max_tokens,
+                             unroll=args.unroll or 1)
+    words = layout.program()
+    print(f"# attention DPA program (QK^T, softmax, SV, reduction): {layout.describe()}; "
+          f"{hub.describe()}")
+    print(f"# token groups {layout.token_groups}, dimensions per bank "
+          f"{layout.dims_per_bank}, {layout.stride} words an iteration per bank, tokens per "
+          f"iteration {layout.tokens_per_iteration}, per chunk {layout.tokens_per_chunk} "
+          f"(PROG_COMMIT arg_b); GPR: queries 0, scores {layout.scores(0)} (+{layout.score_region} "
+          f"a query), partials {layout.partials}, outputs {layout.out(0)}; {len(words)} "
+          f"words = {16 * len(words)} B")
     print("\n".join(disassemble(words)))
     return 0
 
@@ -709,8 +732,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="system studies: progress bar on stderr (default: when a terminal)")
     s.set_defaults(func=cmd_run)
 
-    s = sub.add_parser("dpa-program", help="print the QK^T DPA program (hex and disassembly)")
+    s = sub.add_parser("dpa-program", help="print a DPA program (hex and disassembly): QK^T, "
+                                           "or a KV head's whole attention (docs/lowering.md)")
+    s.add_argument("--kernel", choices=("qkt", "attention"), default="qkt")
     s.add_argument("--d-head", type=_int_in(16, LIMITS["d_head"]), default=32)
+    s.add_argument("--group", type=_int_in(1, 64), default=1,
+                   help="attention: query heads sharing the KV head (GQA; 1: MHA)")
+    s.add_argument("--max-tokens", type=_int_in(1, 1 << 20), default=1024,
+                   help="attention: the longest context (sizes the GPR's score regions)")
     s.add_argument("--unroll", type=_int_in(1, 1 << 12), default=None,
                    help="key slots per loop iteration")
     s.add_argument("--reference", action="store_true",

@@ -314,6 +314,24 @@ def test_cli_dpa_program_disassembles(capsys):
     assert out.count("\n") == 2 + 10
 
 
+def test_cli_dpa_program_prints_the_lowered_attention(capsys):
+    """--kernel attention: the lowered program (golden/hub/lowering.py),
+    both EPU instructions in it; a context the GPR cannot hold is one
+    error line naming the GPR."""
+    from golden.hub import disassemble
+    from golden.hub.lowering import AttentionLayout, small_attention_hub
+
+    assert main(["dpa-program", "--kernel", "attention", "--group", "2"]) == 0
+    out = capsys.readouterr().out
+    want = disassemble(AttentionLayout(small_attention_hub(), 32, group=2).program())
+    assert out.splitlines()[2:] == want
+    assert out.count("EPU_SOFTMAX") == 2 and out.count("EPU_REDUCE") == 1
+    assert main(["dpa-program", "--kernel", "attention", "--reference", "--d-head", "128",
+                 "--group", "4", "--max-tokens", str(1 << 20)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "GPR entries" in err[0], err
+
+
 def test_cli_timing_prints_the_constraint_table(capsys):
     assert main(["timing", "--profile", "hbm2-pim", "--set", "t_faw=20", "--json", "-"]) == 0
     data = json.loads(capsys.readouterr().out)

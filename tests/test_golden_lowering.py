@@ -10,20 +10,17 @@ import pytest
 from golden import numerics
 from golden.config import HubConfig, small_config
 from golden.hub import Hub, epu, instr
-from golden.hub.lowering import AttentionLayout, kv_image
+from golden.hub.lowering import AttentionLayout, kv_image, small_attention_hub
 from golden.hub.session import KEY_STAGING
 from golden.isa import LANES, HostOp, HostStatus, Opcode, unpack_instruction
 from golden.streams import Command
 
-CH = small_config().replace(banks=16, gbuf_entries=32, obuf_entries=4)
-
 
 def hub_of(n_channels=2, **kw):
-    fields = dict(channel=CH, n_channels=n_channels,
-                  chunk_bytes=n_channels * CH.banks * 2 * CH.cols * 32, instr_depth=64,
-                  requests=4, chunks_per_request=8, gpr_entries=1024, max_modis=8)
-    fields.update(kw)
-    return HubConfig(**fields)
+    return small_attention_hub(n_channels).replace(**kw)
+
+
+CH = hub_of().channel
 
 
 def attention_f32(keys, values, queries):
@@ -162,10 +159,9 @@ def test_program_size_is_constant_in_context_length():
     expands grow with it; a 1M-token context is refused with the GPR named
     (the EPU's softmax needs a query's scores in the GPR at once)."""
     from golden.hub import unrolled_instructions
-    from golden.system.studies import reference_hub
+    from golden.system.studies import reference_attention_hub
 
-    base = reference_hub(max_modis=16)  # DCS: 8 OBuf entries (model.Assumptions)
-    hub = base.replace(channel=base.channel.replace(policy="dcs", obuf_entries=8))
+    hub = reference_attention_hub()
     sizes, expanded = set(), []
     for k in range(10, 16):
         layout = AttentionLayout(hub, 128, group=4, max_tokens=1 << k)

@@ -235,6 +235,18 @@ class AttentionLayout:
                 f"max_tokens={self.max_tokens} on {self.hub.n_channels} channels")
 
 
+def small_attention_hub(n_channels: int = 2) -> HubConfig:
+    """The small module the lowering's tests run: ``small_config``'s
+    channel with 16 banks (a score word per RD-OUT), 32 GBuf and 4 OBuf
+    entries, 2-row chunks."""
+    from golden.config import small_config
+
+    ch = small_config().replace(banks=LANES, gbuf_entries=32, obuf_entries=4)
+    return HubConfig(channel=ch, n_channels=n_channels,
+                     chunk_bytes=n_channels * LANES * 2 * ch.cols * 32, instr_depth=64,
+                     requests=4, chunks_per_request=8, gpr_entries=1024, max_modis=8)
+
+
 def score_words(t_cur: int) -> int:
     """GPR words of ``t_cur`` scores (the EPU's layout)."""
     return softmax_words(t_cur)

@@ -143,6 +143,15 @@ def reference_hub(**overrides):
     return HubConfig(channel=load_profile(), **fields)
 
 
+def reference_attention_hub(**overrides):
+    """``reference_hub`` as the attention lowering needs it
+    (golden/hub/lowering.py): DCS channels with 8 OBuf entries
+    (``model.Assumptions.dcs_obuf_entries``) and 16 DYN-MODIs (an
+    assumption: GQA group 4 at d_head 128 needs 12)."""
+    base = reference_hub(**{"max_modis": 16, **overrides})
+    return base.replace(channel=base.channel.replace(policy="dcs", obuf_entries=8))
+
+
 def dpa_program_size(d_head: int = 128, contexts=CONTEXTS) -> dict:
     """DPA program bytes (constant) against the fully unrolled static
     instruction stream and command count of one QK^T head, per context."""
