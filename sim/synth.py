@@ -161,8 +161,10 @@ def reference_config(**overrides) -> ChannelConfig:
 
 
 def reference_hub(config: ChannelConfig) -> HubConfig:
-    """The HUB over the commercial module's 16 channels (REFERENCE.md)."""
-    return HubConfig(channel=config, n_channels=16)
+    """The HUB over the commercial module's 16 channels (REFERENCE.md),
+    without its EPU: the dispatcher's share is taken of the HUB the papers
+    compare (the EPU's lanes are not synthesized yet; docs/energy.md)."""
+    return HubConfig(channel=config, n_channels=16, epu=False)
 
 
 #: The HUB's blocks that make up PIMphony's dispatcher (DESIGN.md §2.1: the
