@@ -19,11 +19,13 @@ from golden.hub import (
     HostCall,
     QktLayout,
     QktSession,
+    epu,
     instr,
+    program_calls,
     qkt_session,
     status_fields,
 )
-from golden.isa import LANES, Fault, HostOp, HostStatus, ModiField, Opcode
+from golden.isa import Fault, HostOp, HostStatus, ModiField, Opcode
 
 #: the two requests' T_cur at the first step: request 0 crosses a chunk
 #: boundary within four steps (the host grows it between steps)
@@ -65,10 +67,7 @@ def check_qkt_scores(hub: HubConfig, case: QktCase, rsp: list[tuple[int, int]]) 
 
 
 def _setup(hub, program, t_cur, chunks, tpc=None):
-    layout = QktLayout(hub, 32)
-    calls = [HostCall(HostOp.PROG_WRITE, arg_a=i, data=w) for i, w in enumerate(program)]
-    calls.append(HostCall(HostOp.PROG_COMMIT, arg_a=len(program),
-                          arg_b=tpc or layout.tokens_per_chunk))
+    calls = program_calls(program, tpc or QktLayout(hub, 32).tokens_per_chunk)
     for r, (t, cs) in enumerate(zip(t_cur, chunks, strict=True)):
         calls.append(HostCall(HostOp.ASSIGN, r, t, 64 * r))
         calls += [HostCall(HostOp.GROW, r, c) for c in cs]
@@ -195,10 +194,7 @@ def epu_case(hub: HubConfig, seed: int = 0) -> QktCase:
     softmax and reduction in its program; after each STEP the host reads
     the reduction's words, then the score words."""
     s = qkt_session(hub, d_head=32, t0=EPU_T0, steps=EPU_STEPS, seed=seed)
-    prog = epu_program(s.layout)
-    calls = [HostCall(HostOp.PROG_WRITE, arg_a=i, data=w) for i, w in enumerate(prog)]
-    calls.append(HostCall(HostOp.PROG_COMMIT, arg_a=len(prog),
-                          arg_b=s.layout.tokens_per_chunk))
+    calls = program_calls(epu_program(s.layout), s.layout.tokens_per_chunk)
     for c in s.calls:
         if c.op in (HostOp.PROG_WRITE, HostOp.PROG_COMMIT):
             continue
@@ -224,10 +220,10 @@ def check_epu(hub: HubConfig, case: QktCase, rsp: list[tuple[int, int]]) -> None
                if c.op == HostOp.GPR_READ}
         for r, t0 in EPU_T0.items():
             n, base = t0 + step, s.gpr_base[r] + s.layout.scores
-            w = -(-n // LANES)
+            w = epu.softmax_words(n)
             p = np.concatenate([got[base + i] for i in range(w)])
             assert not p[n:].any() and not any(got[base + i].any()
-                                               for i in range(w, -(-w // EPU_PAD) * EPU_PAD))
+                                               for i in range(w, epu.padded_words(n, EPU_PAD)))
             p = p[:n]
             assert ((p >= 0) & (p <= 1)).all(), f"request {r}, step {step}: {p}"
             assert abs(p.sum() - 1) < 0.02, f"request {r}, step {step}: sum {p.sum()}"
@@ -269,8 +265,7 @@ def epu_fault_calls(hub: HubConfig) -> list[HostCall]:
     calls += _setup(hub, near, (0, 5), ((0,), (1,))) + [HostCall(HostOp.STEP), _status(0)]
     calls += [HostCall(HostOp.RELEASE, r) for r in range(2)]
     for prog, _ in _epu_bad_programs(hub):
-        calls += [HostCall(HostOp.PROG_WRITE, arg_a=i, data=w) for i, w in enumerate(prog)]
-        calls.append(HostCall(HostOp.PROG_COMMIT, arg_a=len(prog), arg_b=1))
+        calls += program_calls(prog, 1)
     return calls
 
 

@@ -106,6 +106,7 @@ from golden.hub.session import (
     HostCall,
     QktLayout,
     QktSession,
+    program_calls,
     qkt_session,
     status_fields,
 )
@@ -114,5 +115,5 @@ __all__ = ["COMMIT_INDEX_SHIFT", "INSTR_BYTES", "KEY_STAGING", "READS", "STEP_MA
            "USES_VA", "WRITES", "CapacityError", "ChunkAllocator", "ConfigBuffer", "Decoder",
            "DpaFault", "Emission", "HostCall", "Hub", "InstructionBuffer", "ProgramCheck",
            "QktLayout", "QktSession", "Request", "Response", "StepResult", "check_program",
-           "command", "disassemble", "instr", "program_bytes", "qkt_session", "status_fields",
-           "unrolled_instructions"]
+           "command", "disassemble", "instr", "program_bytes", "program_calls", "qkt_session",
+           "status_fields", "unrolled_instructions"]

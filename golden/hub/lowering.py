@@ -42,7 +42,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from golden.config import HubConfig
-from golden.hub.epu import softmax_words
 from golden.hub.ibuf import check_program, instr
 from golden.isa import LANES, ModiField, Opcode
 
@@ -163,7 +162,7 @@ class AttentionLayout:
         every = (1 << n) - 1
         prog = [instr(Opcode.WR_INP, ch_mask=every, op_size=g * w, gpr_addr=self.query(0),
                       gbuf_idx=0)]
-        body, modis = [], []
+        body, strides = [], []
         for k in range(u):  # QK^T: each query over slot k's open row
             for q in range(g):
                 o = k * g + q
@@ -171,11 +170,8 @@ class AttentionLayout:
                                   gbuf_idx=q * w, out_idx=o))
                 body.append(instr(Opcode.RD_OUT, ch_mask=every, op_size=1,
                                   gpr_addr=self.scores(q) + k * n, out_idx=o))
-        for i in range(len(body)):  # one DYN-MODI a word: MACs move by S, RD-OUTs by u N
-            modis.append(instr(Opcode.DYN_MODI, target=len(body) + i,
-                               field_sel=ModiField.GPR_ADDR if i % 2 else ModiField.COL,
-                               stride=u * n if i % 2 else S))
-        prog += self._loop(modis, body)
+                strides += [(ModiField.COL, S), (ModiField.GPR_ADDR, u * n)]
+        prog += self._loop(body, strides)
         prog += [instr(Opcode.EPU_SOFTMAX, op_size=u * n, gpr_addr=self.scores(q), span=1)
                  for q in range(g)]
         body, strides = [], []
@@ -189,9 +185,7 @@ class AttentionLayout:
                 body.append(instr(Opcode.MAC, ch_mask=every, op_size=U,
                                   col=u * w + d * U, gbuf_idx=q * U, out_idx=q * D + d))
                 strides.append((ModiField.COL, S))
-        modis = [instr(Opcode.DYN_MODI, target=len(strides) + i, field_sel=f, stride=s)
-                 for i, (f, s) in enumerate(strides)]
-        prog += self._loop(modis, body)
+        prog += self._loop(body, strides)
         prog.append(instr(Opcode.RD_OUT, ch_mask=every, op_size=g * D, gpr_addr=self.partials,
                           out_idx=0))
         prog.append(instr(Opcode.EPU_REDUCE, op_size=g * w, gpr_addr=self.partials,
@@ -205,7 +199,11 @@ class AttentionLayout:
                              f"instruction buffer ({hub.instr_depth})")
         return prog
 
-    def _loop(self, modis: list[int], body: list[int]) -> list[int]:
+    def _loop(self, body: list[int], strides: list[tuple[ModiField, int]]) -> list[int]:
+        """A DYN-LOOP over an iteration's tokens: one DYN-MODI per word of
+        ``body`` (``strides``: its field and stride), then ``body``."""
+        modis = [instr(Opcode.DYN_MODI, target=len(body) + i, field_sel=f, stride=s)
+                 for i, (f, s) in enumerate(strides)]
         return [instr(Opcode.DYN_LOOP, body_len=len(modis) + len(body),
                       t_div=self.tokens_per_iteration), *modis, *body]
 
@@ -245,11 +243,6 @@ def small_attention_hub(n_channels: int = 2) -> HubConfig:
     return HubConfig(channel=ch, n_channels=n_channels,
                      chunk_bytes=n_channels * LANES * 2 * ch.cols * 32, instr_depth=64,
                      requests=4, chunks_per_request=8, gpr_entries=1024, max_modis=8)
-
-
-def score_words(t_cur: int) -> int:
-    """GPR words of ``t_cur`` scores (the EPU's layout)."""
-    return softmax_words(t_cur)
 
 
 def kv_image(layout: AttentionLayout, keys: np.ndarray, values: np.ndarray

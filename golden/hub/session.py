@@ -165,6 +165,12 @@ class HostCall:
     note: str = ""
 
 
+def program_calls(words: list[int], tokens_per_chunk: int) -> list[HostCall]:
+    """PROG-WRITE every word of a DPA program, then PROG-COMMIT it."""
+    return [*(HostCall(HostOp.PROG_WRITE, arg_a=i, data=w) for i, w in enumerate(words)),
+            HostCall(HostOp.PROG_COMMIT, arg_a=len(words), arg_b=tokens_per_chunk)]
+
+
 @dataclass
 class QktSession:
     """A host session computing QK^T for several requests over decode steps
@@ -195,10 +201,7 @@ def qkt_session(hub: HubConfig, d_head: int = 32, t0: dict[int, int] | None = No
     rng = np.random.default_rng(seed)
     alloc = ChunkAllocator(hub.physical_chunks, layout.tokens_per_chunk,
                            order=[int(c) for c in rng.permutation(hub.physical_chunks)])
-    calls: list[HostCall] = []
-    prog = layout.program()
-    calls += [HostCall(HostOp.PROG_WRITE, arg_a=i, data=w) for i, w in enumerate(prog)]
-    calls.append(HostCall(HostOp.PROG_COMMIT, arg_a=len(prog), arg_b=layout.tokens_per_chunk))
+    calls = program_calls(layout.program(), layout.tokens_per_chunk)
     t_max = max(t0.values()) + steps
     keys = {r: numerics.float_to_bf16(rng.standard_normal((t_max, d_head))) for r in t0}
     queries = {r: numerics.float_to_bf16(rng.standard_normal(d_head)) for r in t0}

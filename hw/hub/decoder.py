@@ -25,7 +25,6 @@ from golden.config import HubConfig
 from golden.hub import COMMIT_INDEX_SHIFT
 from golden.isa import (
     FIELDS,
-    LANES,
     MODI_FIELDS,
     Fault,
     HostStatus,
@@ -34,6 +33,7 @@ from golden.isa import (
     ReqState,
     program_opcodes,
 )
+from hw.hub.epu import padded_words, score_words
 from hw.hub.ports import (
     ACC_BITS,
     FAULT_BITS,
@@ -332,8 +332,8 @@ class Decoder(wiring.Component):
         entry past the GPR (``golden.hub.epu.range_fault``)."""
         lk, entries = self.lookup, self.hub.gpr_entries
         src = lk.gpr_base + cur.gpr_addr
-        words = (lk.t_cur + LANES - 1) >> 4
-        padded = words + ((0 - words) & (cur.op_size - 1))  # op_size: a power of two
+        words = score_words(lk.t_cur)
+        padded = padded_words(words, cur.op_size)
         softmax = (words != 0) & (src + (padded - 1) * cur.span >= entries)
         reduce = ((src + cur.op_size * cur.span - 1 >= entries)
                   | (lk.gpr_base + cur.dst_addr + cur.op_size - 1 >= entries))

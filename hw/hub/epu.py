@@ -83,6 +83,17 @@ def scale_unit(m: Module, e, q, exp_s, name: str) -> Signal:
     return y
 
 
+def score_words(n):
+    """GPR words of ``n`` scores (``golden.hub.epu.softmax_words``)."""
+    return (n + LANES - 1) >> 4
+
+
+def padded_words(words, group):
+    """``words`` rounded up to a multiple of ``group``, a power of two
+    (``golden.hub.epu.padded_words``): a mask, not a division."""
+    return words + ((0 - words) & (group - 1))
+
+
 def _widen(m: Module, x, name: str) -> Signal:
     """BF16 -> FP32 bits, subnormals flushed, NaN canonical
     (``golden.numerics.bf16_to_f32``)."""
@@ -170,8 +181,7 @@ class Epu(wiring.Component):
         m, c, aw = Module(), self.ctrl, len(self.ctrl.src)
         wbits = FIELDS["t_cur"].width - 4 + 1
         words = Signal(max(wbits, 17), name="words")  # W (P in SCALE), or op_size * span
-        pwords, pmask = Signal.like(words, name="pwords"), Signal.like(words, name="pmask")
-        m.d.comb += pmask.eq(c.op_size - 1)  # a softmax's op_size: a power of two
+        pwords = Signal.like(words, name="pwords")  # P: W padded to the softmax's op_size
         n_reg = Signal.like(c.n, name="n_reg")
         span = Signal.like(c.span, name="span_r")
         i = Signal(len(words) + 1, name="i")  # cycle within the pass
@@ -186,7 +196,7 @@ class Epu(wiring.Component):
         tail = n_reg[0:4]  # scores in a partial last word
         valid = Signal(LANES, name="lane_valid")  # lanes of the word read that hold a score
         w_sc = Signal.like(words, name="score_words")  # W (words is P in SCALE)
-        m.d.comb += [w_sc.eq((n_reg + LANES - 1) >> 4),
+        m.d.comb += [w_sc.eq(score_words(n_reg)),
                      valid.eq(Mux(is_red, (1 << LANES) - 1, Mux(
                          ridx >= w_sc, 0, Mux((ridx + 1 == w_sc) & (tail != 0),
                                               (Const(1, LANES + 1) << tail) - 1,
@@ -236,8 +246,8 @@ class Epu(wiring.Component):
                                  ridx.eq(0), i.eq(1), group.eq(0),
                                  waddr.eq(Mux(red, c.dst, c.src)),
                                  words.eq(Mux(red, c.op_size * c.span,
-                                              (c.n + LANES - 1) >> 4)),
-                                 pwords.eq((((c.n + LANES - 1) >> 4) + pmask) & ~pmask),
+                                              score_words(c.n))),
+                                 pwords.eq(padded_words(score_words(c.n), c.op_size)),
                                  special.eq(0), finite_seen.eq(0),
                                  *[v.eq(0xFF80) for v in lane_max], *[a.eq(0) for a in acc]]
                     with m.If(red):
