@@ -207,7 +207,7 @@ class HostOp(enum.IntEnum):
     RELEASE = 7  # req_id: back to FREE, its VA2PA entries dropped
     STATUS = 8  # req_id; response data: REQ_STATUS_FIELDS
     CLEAR = 9  # req_id: clear the fault, the request runs again from the next step
-    STEP = 10  # one decode step of every ACTIVE request; response data: STEP masks
+    STEP = 10  # a decode step of the ACTIVE requests not in data (skip mask); rsp: STEP masks
     RAW = 11  # arg_a: ch_mask; arg_b: GPR entry; data: a physical channel command
 
 

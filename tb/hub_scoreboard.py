@@ -146,11 +146,14 @@ def check(hub: HubConfig, calls: list[HostCall], rec: HubRecord,
             accept = _acceptances(rec, observed, r.responded)
             out.bubbles.append(sum(observed[i + 1][0] - accept[i]
                                    for i in range(len(observed) - 1)))
-            ref = model.host(c.op, cycle=r.accepted, accept=lambda i, e, a=accept: (
-                a[i] if i < len(a) else e + 1), landed=_landing(rec, model, observed))
+            last = model.last_step
+            ref = model.host(c.op, data=c.data, cycle=r.accepted,
+                             accept=lambda i, e, a=accept: (a[i] if i < len(a) else e + 1),
+                             landed=_landing(rec, model, observed))
+            ran = model.last_step if model.last_step is not last else None  # None: refused
             want = [(e.cycle, e.command.pack(), e.ch_mask, int(e.discard))
-                    for e in model.last_step.emissions]
-            out.epu_runs += len(model.last_step.epu_runs)
+                    for e in (ran.emissions if ran else [])]
+            out.epu_runs += len(ran.epu_runs) if ran else 0
             if observed != want:
                 diff = next(i for i, (a, b) in enumerate(zip(observed + [None] * len(want),
                                                              want + [None] * len(observed),

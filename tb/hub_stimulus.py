@@ -113,6 +113,7 @@ def fault_scenarios(hub: HubConfig) -> dict[Fault, list[HostCall]]:
     scenarios[Fault.TABLE_FULL] = _setup(hub, prog, (8, 8), ((0,), (1,))) + [
         HostCall(HostOp.GROW, 0, 2 + i) for i in range(hub.chunks_per_request)] + [
         HostCall(HostOp.STEP), _status(0), _status(1), HostCall(HostOp.CLEAR, 0),
+        HostCall(HostOp.STEP, data=0b10, note="request 1 skipped"), _status(0), _status(1),
         HostCall(HostOp.STEP)]
     # CMD_RANGE: request 1's scores run past the GPR
     scenarios[Fault.CMD_RANGE] = _setup(hub, prog, (20, 20), ((0,), (1,))) + [
@@ -151,7 +152,8 @@ def check_fault(code: Fault, calls: list[HostCall], rsp: list[tuple[int, int]]) 
 def host_error_calls(hub: HubConfig) -> list[HostCall]:
     """Bad host operations (BAD_OP, BAD_ARG) among good ones."""
     return [HostCall(0), HostCall(15), HostCall(HostOp.ASSIGN, hub.requests, 1, 0),
-            HostCall(HostOp.GROW, 0, 1), HostCall(HostOp.ASSIGN, 0, 1, 0),
+            HostCall(HostOp.GROW, 0, 1), HostCall(HostOp.STEP, data=1 << hub.requests),
+            HostCall(HostOp.ASSIGN, 0, 1, 0),
             HostCall(HostOp.ASSIGN, 0, 1, 0), HostCall(HostOp.GROW, 0, hub.physical_chunks),
             HostCall(HostOp.GPR_READ, arg_a=hub.gpr_entries),
             HostCall(HostOp.PROG_WRITE, arg_a=hub.instr_depth),
@@ -165,10 +167,11 @@ def host_error_calls(hub: HubConfig) -> list[HostCall]:
 
 
 def check_host_errors(rsp: list[tuple[int, int]]) -> None:
-    """The first four are refused: two unknown operations, two bad arguments."""
-    codes = [c for c, _ in rsp][:4]
+    """The first five are refused: two unknown operations, three bad
+    arguments (the last a STEP skipping a request the HUB does not have)."""
+    codes = [c for c, _ in rsp][:5]
     assert codes == [HostStatus.BAD_OP, HostStatus.BAD_OP, HostStatus.BAD_ARG,
-                     HostStatus.BAD_ARG], codes
+                     HostStatus.BAD_ARG, HostStatus.BAD_ARG], codes
 
 
 #: the EPU session's requests, T_cur at the first step: both end in a

@@ -99,6 +99,23 @@ def test_t_cur_increments_every_step_without_host_action():
     assert [h.requests[r].t_cur for r in (0, 1)] == [13, 23]
 
 
+def test_step_skips_the_requests_in_its_mask():
+    """STEP's data names requests to pass over: they issue nothing, keep
+    their T_cur and cost the decoder one cycle each, as inactive ones do;
+    a bit beyond the configuration buffer is BAD_ARG."""
+    h, _ = two_requests()
+    both = h.step()
+    h1, _ = two_requests()
+    rsp = h1.host(HostOp.STEP, data=0b01)
+    assert rsp.code == HostStatus.OK and rsp.data == 0b10
+    one = h1.last_step
+    assert [r.t_cur for r in h1.requests[:2]] == [40, 41]
+    assert one.ran == [1] and len(one.emissions) == len(both.emissions) // 2
+    assert all(e.request == 1 for e in one.emissions)
+    assert h1.host(HostOp.STEP, data=1 << HUB.requests).code == HostStatus.BAD_ARG
+    assert [r.t_cur for r in h1.requests[:2]] == [40, 41]
+
+
 # ---- faults ------------------------------------------------------------------
 
 

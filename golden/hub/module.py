@@ -92,7 +92,8 @@ class Hub:
         an integer that fits its field of the host port (``HOST_FIELDS``;
         EncodingError naming it otherwise); an undefined operation within
         the field is the HUB's BAD_OP. A STEP takes ``cycle``, ``accept``
-        and ``landed`` (``step``)."""
+        and ``landed`` (``step``); its ``data`` is the mask of requests it
+        skips (a bit at or above ``requests``: BAD_ARG)."""
         op, req_id, arg_a, arg_b, data = (
             field_value(name, v, "host port field") for name, v in
             zip(HOST_FIELDS, (op, req_id, arg_a, arg_b, data), strict=True))
@@ -101,7 +102,9 @@ class Hub:
         except ValueError:
             return Response(HostStatus.BAD_OP)
         if op == HostOp.STEP:
-            r = self.last_step = self.step(cycle, accept, landed)
+            if data >> self.hub.requests:
+                return Response(HostStatus.BAD_ARG)
+            r = self.last_step = self.step(cycle, accept, landed, skip=data)
             return Response(HostStatus.OK, _mask(r.ran) | _mask(r.faulted) << STEP_MASK_BITS)
         if op in ConfigBuffer.OPS:
             return self.cbuf.host(op, req_id, arg_a, arg_b)
@@ -136,20 +139,23 @@ class Hub:
 
     # ---- the decode step -------------------------------------------------
     def step(self, start: int = 0, accept: Callable[[int, int], int] | None = None,
-             landed: Callable[[int], int] | None = None) -> StepResult:
+             landed: Callable[[int], int] | None = None, skip: int = 0) -> StepResult:
         """One decode step, STEP accepted in cycle ``start``. ``accept(k, e)``
         gives the cycle emission ``k`` (loaded in ``e``) was accepted by its
         last channel; default ``e + 1`` (channels always ready).
         ``landed(k)`` gives the first cycle every read beat of the step's
         emissions ``0 .. k-1`` is in the GPR (an EPU instruction waits for
-        it); default: when the command is taken."""
+        it); default: when the command is taken. Requests whose bit is set
+        in ``skip`` are passed over as if not ACTIVE (one cycle; T_cur
+        unchanged): a host runs one layer's requests, or a program that is
+        not theirs."""
         accept = accept or (lambda k, e: e + 1)
         dec = Decoder(self, accept, landed)
         t = start + 1
         ran, faulted = [], []
         pending_fault: DpaFault | None = None
         for req, r in enumerate(self.requests):
-            if r.state != ReqState.ACTIVE:
+            if r.state != ReqState.ACTIVE or skip >> req & 1:
                 t += 1
                 continue
             try:

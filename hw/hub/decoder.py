@@ -161,6 +161,7 @@ class Decoder(wiring.Component):
         ran, faulted = ctrl.ran, ctrl.faulted
         o_idx = Signal(range(max(O, 2)), name="o_idx")
         dirty = Signal(O, name="dirty")  # OBuf entries a MAC wrote and no RD-OUT read yet
+        skip = Signal(R, name="skip")  # the requests this STEP passes over
 
         m.submodules.sequencer = seq = Sequencer(hub)
         m.d.comb += [seq.word.eq(prog.word), seq.u.eq(u), seq.gpr_base.eq(lk.gpr_base),
@@ -202,7 +203,7 @@ class Decoder(wiring.Component):
                     m.d.sync += [pc.eq(0), *loop.reset()]
                     m.next = "COMMIT"
                 with m.Elif(ctrl.step):
-                    m.d.sync += [req.eq(0), ran.eq(0), faulted.eq(0)]
+                    m.d.sync += [req.eq(0), ran.eq(0), faulted.eq(0), skip.eq(ctrl.skip)]
                     m.next = "REQ"
 
             with m.State("COMMIT"):  # one word per cycle: cur = word pc
@@ -235,7 +236,7 @@ class Decoder(wiring.Component):
                     m.d.comb += prog.addr.eq(pc + 1)
 
             with m.State("REQ"):
-                with m.If(lk.state != ReqState.ACTIVE):
+                with m.If((lk.state != ReqState.ACTIVE) | skip.bit_select(req, 1)):
                     next_request()
                 with m.Elif(prog.fault != 0):
                     fault_request(prog.fault)

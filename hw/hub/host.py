@@ -103,7 +103,7 @@ class HostInterface(wiring.Component):
                      self.prog_commit.tokens_per_chunk.eq(hp.arg_b),
                      self.gpr_wr.addr.eq(hp.arg_a), self.gpr_wr.data.eq(hp.data),
                      self.raw.payload.cmd.eq(raw_cmd), self.raw.payload.mask.eq(hp.arg_a),
-                     self.raw.payload.gpr.eq(hp.arg_b)]
+                     self.raw.payload.gpr.eq(hp.arg_b), dec.skip.eq(hp.data[:R])]
 
         def prog_write():
             m.d.comb += self.prog_write.en.eq(1)
@@ -112,6 +112,10 @@ class HostInterface(wiring.Component):
         def prog_commit():
             m.d.comb += [self.prog_commit.en.eq(1), dec.commit.eq(1)]
             m.next = "COMMIT"
+
+        def step():
+            m.d.comb += dec.step.eq(1)
+            m.next = "STEP"
 
         def gpr_write():
             m.d.comb += self.gpr_wr.en.eq(1)
@@ -142,9 +146,8 @@ class HostInterface(wiring.Component):
                         with m.Case(*ConfigBuffer.OPS):
                             m.d.comb += self.config.valid.eq(1)
                             respond(self.config.rsp_code, self.config.rsp_data)
-                        with m.Case(HostOp.STEP):
-                            m.d.comb += dec.step.eq(1)
-                            m.next = "STEP"
+                        with m.Case(HostOp.STEP):  # data: the requests it skips
+                            check((hp.data >> R) == 0, step)
                         with m.Case(HostOp.RAW):
                             check((raw_err == 0) & (hp.arg_a != 0) & ((hp.arg_a >> N) == 0)
                                   & (gpr_top < hub.gpr_entries), raw)

@@ -104,11 +104,12 @@ def config_port(hub: HubConfig) -> wiring.Signature:
 
 def decoder_control(hub: HubConfig) -> wiring.Signature:
     """The host interface's port on the decoder (host interface's side):
-    start the commit walk or a STEP; ``done`` when the walk ends (with its
-    response) or the STEP's last request is decoded; the requests that ran
-    and that faulted in the STEP."""
+    start the commit walk or a STEP (with the requests it ``skip``s, read in
+    the start cycle); ``done`` when the walk ends (with its response) or the
+    STEP's last request is decoded; the requests that ran and that faulted
+    in the STEP."""
     return wiring.Signature({
-        "commit": Out(1), "step": Out(1), "done": In(1),
+        "commit": Out(1), "step": Out(1), "skip": Out(hub.requests), "done": In(1),
         "rsp_code": In(FIELDS["rsp_code"].width), "rsp_data": In(WORD_BITS),
         "ran": In(hub.requests), "faulted": In(hub.requests),
     })
