@@ -426,6 +426,24 @@ def bench_golden_epu(scores: int = 65536, repeat: int = 3) -> dict:
             "wall_s": round(best, 4), "scores_per_s": round(scores / best)}
 
 
+def bench_golden_decode() -> dict:
+    """The small transformer decoded on the golden PIM module
+    (golden.hub.decode, GQA 4 query heads over 2 KV heads, 3 sequences of
+    unequal length over 2 slots) with the float32 reference: tokens a
+    second of the whole run, and the worst logit error."""
+    from golden.hub.decode import TinyModel, decode_study
+
+    start = time.perf_counter()
+    r = decode_study(TinyModel(heads=4, kv_heads=2), [70, 6, 20], [4, 8, 6])
+    wall = time.perf_counter() - start
+    tokens = sum(len(q["tokens"]) for q in r["sequences"])
+    commands = sum(p["commands"] for p in r["programs"].values())
+    return {"tokens": tokens, "channel_commands": commands, "wall_s": round(wall, 3),
+            "tokens_per_s": round(tokens / wall, 1),
+            "channel_commands_per_s": round(commands / wall),
+            "max_logit_error": round(max(q["max_error"] for q in r["sequences"]), 4)}
+
+
 def bench_rtl_hub(sim: str) -> dict:
     """The PIM module (HUB + 2 channels) per channel policy: the QK^T
     session of tb/test_hub.py qkt_two_requests (4 steps, seed 1) under
@@ -670,6 +688,7 @@ def bench(sims: list[str], study_dir: Path = Path("build")) -> dict:
         "rtl_dcs_kernel": {sim: bench_rtl_kernel(sim) for sim in sims},
         "golden_hub": bench_golden_hub(),
         "golden_epu": bench_golden_epu(),
+        "golden_decode": bench_golden_decode(),
         "rtl_hub": {sim: bench_rtl_hub(sim) for sim in sims},
         "rtl_alu": {sim: bench_rtl_alu(sim) for sim in sims},
         "golden_studies": bench_golden_studies(),

@@ -448,6 +448,37 @@ def cmd_epu_accuracy(args) -> int:
     return 0
 
 
+def cmd_decode(args) -> int:
+    from golden.hub.decode import TinyModel, decode_study
+
+    model = TinyModel(layers=args.layers, d_model=args.d_model, heads=args.heads,
+                      kv_heads=args.kv_heads, d_head=args.d_head, d_ff=args.d_ff,
+                      vocab=args.vocab, seed=args.seed)
+    prompts = _int_list(args.prompts, "--prompts", 1, 4096)
+    new = _int_list(args.new_tokens, "--new-tokens", 0, 4096)
+    if len(new) == 1:
+        new = new * len(prompts)
+    if len(new) != len(prompts):
+        raise ConfigError(f"--new-tokens: {len(new)} values for {len(prompts)} prompts "
+                          f"(give one, or one per prompt)")
+    try:
+        r = decode_study(model, list(prompts), list(new), slots=args.slots, seed=args.seed,
+                         max_tokens=args.max_tokens, kv_chunks=args.kv_chunks)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    print(f"# {r['hub']}", file=sys.stderr)
+    for i, q in enumerate(r["sequences"]):
+        print(f"sequence {i}: prompt {q['prompt']}, {q['new_tokens']} new tokens "
+              f"{q['tokens'][q['prompt']:]}; worst logit error {q['max_error']:.4f} of the "
+              f"largest; greedy differs at {len(q['greedy_differs'])} steps", file=sys.stderr)
+    for kind, p in r["programs"].items():
+        print(f"{kind}: {p['steps']} STEPs, {p['requests']} request runs, {p['commands']} "
+              f"channel commands, {p['epu_cycles']} EPU cycles", file=sys.stderr)
+    if args.json:
+        _emit(r, args.json)
+    return 0
+
+
 def cmd_dpa_program(args) -> int:
     from golden.config import small_hub_config
     from golden.hub import QktLayout, disassemble
@@ -455,6 +486,8 @@ def cmd_dpa_program(args) -> int:
 
     if args.kernel == "attention":
         return _attention_program(args)
+    if args.kernel == "fc":
+        return _fc_program(args)
     hub = reference_hub() if args.reference else small_hub_config()
     layout = QktLayout(hub, args.d_head, unroll=args.unroll or min(
         2, hub.channel.obuf_entries))
@@ -463,6 +496,25 @@ def cmd_dpa_program(args) -> int:
     print(f"# tokens per iteration {layout.unroll * layout.tokens_per_slot}, per chunk "
           f"{layout.tokens_per_chunk} (PROG_COMMIT arg_b); {len(words)} words = "
           f"{16 * len(words)} B")
+    print("\n".join(disassemble(words)))
+    return 0
+
+
+def _fc_program(args) -> int:
+    from golden.hub import disassemble
+    from golden.hub.lowering import FcLayout, small_attention_hub
+    from golden.system.studies import reference_attention_hub
+
+    hub = reference_attention_hub() if args.reference else small_attention_hub()
+    try:
+        layout = FcLayout(hub, args.d_in, args.d_out)
+        words = layout.program()
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    print(f"# FC GEMV DPA program: {layout.describe()}, {layout.passes} passes of "
+          f"{16 * hub.n_channels} rows; {hub.describe()}")
+    print(f"# x at GPR +{layout.x_at}, y at +{layout.y_at}; weights {layout.va_words} words a "
+          f"bank; {len(words)} words = {16 * len(words)} B")
     print("\n".join(disassemble(words)))
     return 0
 
@@ -733,8 +785,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("dpa-program", help="print a DPA program (hex and disassembly): QK^T, "
-                                           "or a KV head's whole attention (docs/lowering.md)")
-    s.add_argument("--kernel", choices=("qkt", "attention"), default="qkt")
+                                           "a KV head's whole attention or an FC GEMV "
+                                           "(docs/lowering.md)")
+    s.add_argument("--kernel", choices=("qkt", "attention", "fc"), default="qkt")
+    s.add_argument("--d-in", type=_int_in(16, LIMITS["dim"]), default=64,
+                   help="fc: input width (a multiple of 16)")
+    s.add_argument("--d-out", type=_int_in(16, LIMITS["dim"]), default=128,
+                   help="fc: output width (a multiple of 16)")
     s.add_argument("--d-head", type=_int_in(16, LIMITS["d_head"]), default=32)
     s.add_argument("--group", type=_int_in(1, 64), default=1,
                    help="attention: query heads sharing the KV head (GQA; 1: MHA)")
@@ -745,6 +802,29 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--reference", action="store_true",
                    help="the 16-channel GDDR6-AiM module (default: the RTL tests' small HUB)")
     s.set_defaults(func=cmd_dpa_program)
+
+    s = sub.add_parser("decode", help="decode a small transformer token by token on the golden "
+                                      "PIM module against numpy float32 (docs/lowering.md)")
+    for name, default, what in (("layers", 2, "transformer blocks"),
+                                ("d-model", 64, "model width"),
+                                ("heads", 2, "query heads"),
+                                ("kv-heads", 2, "KV heads (fewer than heads: GQA)"),
+                                ("d-head", 32, "head width (a multiple of 16)"),
+                                ("d-ff", 128, "MLP width"), ("vocab", 64, "vocabulary")):
+        s.add_argument(f"--{name}", type=_int_in(1, LIMITS["dim"]), default=default, help=what)
+    s.add_argument("--prompts", default="70,6,20",
+                   help="prompt lengths, one sequence each (random tokens from --seed)")
+    s.add_argument("--new-tokens", default="4,8,6",
+                   help="greedy tokens per sequence (one value, or one per prompt)")
+    s.add_argument("--slots", type=_int_in(1, 16), default=2,
+                   help="sequences decoded at once; the rest wait for a slot")
+    s.add_argument("--max-tokens", type=_int_in(1, 4096), default=128,
+                   help="the longest sequence (sizes the GPR's score regions)")
+    s.add_argument("--kv-chunks", type=_int_in(1, 1 << 20), default=None,
+                   help="physical chunks for the KV caches (default: all after the weights)")
+    s.add_argument("--seed", type=int, default=0, help="weights and prompts")
+    s.add_argument("--json", metavar="FILE", help="write JSON to FILE ('-' for stdout)")
+    s.set_defaults(func=cmd_decode)
 
     s = sub.add_parser("profiles", help="list device profiles and their sources")
     s.set_defaults(func=cmd_profiles)

@@ -127,6 +127,19 @@ def test_cli_dpa_studies_json(capsys):
     assert len(json.loads(capsys.readouterr().out)["rows"]) == 16
 
 
+def test_cli_decode_json(capsys):
+    """``pimorch decode``: two short GQA sequences on the golden module, the
+    JSON naming each sequence's tokens and error, the summary on stderr."""
+    assert main(["decode", "--prompts", "3,2", "--new-tokens", "2", "--heads", "4",
+                 "--json", "-"]) == 0
+    out = capsys.readouterr()
+    data = json.loads(out.out)
+    assert [len(q["tokens"]) for q in data["sequences"]] == [5, 4]
+    assert all(q["max_error"] < 2 ** -5 for q in data["sequences"])
+    assert data["programs"]["attention"]["steps"] == 2 * 5
+    assert "sequence 1: prompt 2" in out.err
+
+
 def test_cli_sherpa_json(capsys):
     assert main(["run", "sherpa", "--seq-lens", "1,2048", "--json", "-"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -267,6 +280,9 @@ def test_cli_librapim_npu_sweep_plot(tmp_path, capsys):
     (["gemv", "--profile", "nope"], "neither a known profile"),
     (["gemv", "--n-in", "100"], "multiple of 16"),
     (["run", "no-such-study"], "unknown study"),
+    (["decode", "--prompts", "3,2", "--new-tokens", "1,2,3"], "--new-tokens: 3 values for 2"),
+    (["decode", "--prompts", "300", "--new-tokens", "1"], "301 tokens exceeds max_tokens=128"),
+    (["decode", "--d-head", "24"], "d_head a multiple of 16"),
     (["run", "dpa-program-size", "--d-head", "100"], "d_head=100"),
     (["run", "dpa-capacity", "--requests", "0"], "--requests: must be in [1, 1000000], not 0"),
     (["run", "sherpa", "--seq-lens", "8,x"], "--seq-lens: '8,x' is not"),

@@ -10,7 +10,7 @@ import pytest
 from golden import numerics
 from golden.config import HubConfig, small_config
 from golden.hub import Hub, epu, instr
-from golden.hub.lowering import AttentionLayout, kv_image, small_attention_hub
+from golden.hub.lowering import AttentionLayout, FcLayout, kv_image, small_attention_hub
 from golden.hub.session import KEY_STAGING
 from golden.isa import LANES, HostOp, HostStatus, Opcode, unpack_instruction
 from golden.streams import Command
@@ -180,3 +180,78 @@ def test_softmax_padding_matches_an_sv_iteration():
     pads = [f["op_size"] for op, f in map(unpack_instruction, prog) if op == Opcode.EPU_SOFTMAX]
     assert pads == [layout.tokens_per_iteration // LANES]
     assert epu.padded_words(37, pads[0]) * LANES % layout.tokens_per_iteration == 0
+
+
+# ---- FC GEMVs ----------------------------------------------------------------
+
+
+def run_fc(hub, layout, weights, xs, seed=0):
+    """``layout``'s program over one request per input vector of ``xs``
+    (each its own GPR region, all mapping the same weight chunks), after
+    the weights are written with RAW WRs over stale rows: the outputs."""
+    from golden.hub.decode import write_words
+
+    rng = np.random.default_rng(seed)
+    h = Hub(hub, strict=True)
+    for ch in h.channels:
+        for b in range(CH.banks):
+            for row in range(CH.rows):
+                ch.rows[(b, row)] = numerics.float_to_bf16(rng.standard_normal((CH.cols, LANES)))
+    region = hub.gpr_entries // len(xs)
+    chunks = -(-(layout.base + layout.va_words) // (CH.cols * hub.chunk_rows))
+    for r, x in enumerate(xs):
+        assert h.host(HostOp.ASSIGN, r, 0, r * region).code == HostStatus.OK
+        for c in range(chunks):
+            assert h.host(HostOp.GROW, r, c).code == HostStatus.OK
+        for w in range(layout.words_in):
+            h.host(HostOp.GPR_WRITE, arg_a=r * region + layout.x_at + w,
+                   data=numerics.lanes_to_word(x[w * LANES:(w + 1) * LANES]))
+    write_words(h, 0, layout.weight_words(weights))
+    assert h.load_program(layout.program(), 1).code == HostStatus.OK
+    step = h.step()
+    assert step.ran == list(range(len(xs)))
+    return [numerics.bf16_to_float(h.gpr[r * region + layout.y_at:
+                                         r * region + layout.y_at + layout.d_out // LANES]
+                                   ).reshape(-1) for r in range(len(xs))]
+
+
+FC_CASES = {  # d_in, d_out, GBuf entries, OBuf entries: blocks, pass groups
+    "one-pass": (64, 32, 32, 4),
+    "pass-groups": (64, 192, 32, 4),  # 6 passes over 4 OBuf entries
+    "input-blocks": (128, 96, 4, 2),  # 8 input words in GBuf blocks of 4, 3 passes
+    "partial-pass": (32, 48, 32, 4),  # 48 rows: the second pass half used
+}
+
+
+@pytest.mark.parametrize("case", FC_CASES)
+def test_fc_matches_numpy(case):
+    """Two requests' GEMVs over the same weights, each within BF16 rounding
+    of numpy float32 (products accumulated in FP32, the result rounded to
+    BF16 once: 2^-8 of its scale, bound 2^-7)."""
+    d_in, d_out, gbuf, obuf = FC_CASES[case]
+    hub = hub_of(2, channel=CH.replace(gbuf_entries=gbuf, obuf_entries=obuf))
+    layout = FcLayout(hub, d_in, d_out, base=3, x_at=5)
+    rng = np.random.default_rng(len(case))
+    w = numerics.float_to_bf16(rng.standard_normal((d_out, d_in)) / np.sqrt(d_in))
+    xs = [numerics.float_to_bf16(rng.standard_normal(d_in)) for _ in range(2)]
+    got = run_fc(hub, layout, w, xs)
+    wf = numerics.bf16_to_float(w).astype(np.float32)
+    for x, y in zip(xs, got, strict=True):
+        want = wf @ numerics.bf16_to_float(x).astype(np.float32)
+        err = np.abs(y - want).max() / np.abs(want).max()
+        assert err < 2 ** -7, f"{case}: relative error {err:.5f}"
+    ops = [unpack_instruction(i)[0] for i in layout.program()]
+    assert ops.count(Opcode.RD_OUT) == -(-layout.passes // obuf)
+    assert ops.count(Opcode.WR_INP) == (1 if d_in // LANES <= gbuf else
+                                        -(-layout.passes // obuf) * -(-d_in // LANES // gbuf))
+
+
+def test_fc_limits_are_named():
+    with pytest.raises(ValueError, match="16 banks"):
+        FcLayout(HubConfig(channel=small_config(), n_channels=2), 32, 32)
+    with pytest.raises(ValueError, match="d_out a positive multiple of 16"):
+        FcLayout(hub_of(2), 32, 40)
+    with pytest.raises(ValueError, match="GPR entries"):
+        FcLayout(hub_of(2), 32, 32, y_at=1023)
+    with pytest.raises(ValueError, match="instruction buffer"):
+        FcLayout(hub_of(2, channel=CH.replace(obuf_entries=1)), 32, 32 * 70).program()

@@ -233,6 +233,118 @@ class AttentionLayout:
                 f"max_tokens={self.max_tokens} on {self.hub.n_channels} channels")
 
 
+@dataclass(frozen=True)
+class FcLayout:
+    """``y = W x`` (an FC GEMV; ``W`` is ``d_out x d_in``) for one request on
+    ``hub``: ``W``'s rows in the banks from virtual word ``base``, ``x`` at
+    GPR word ``x_at`` and ``y`` at ``y_at`` of the request's region.
+
+    Row ``r`` of ``W`` sits in channel ``(r // 16) % N``, bank ``r % 16``
+    (its bank's MAC computes it), pass ``p = r // (16 N)``: its ``d_in / 16``
+    words at ``va = base + p d_in / 16 + w``. An all-bank MAC of pass ``p``
+    over the input in GBuf accumulates ``16 N`` rows at once, in OBuf
+    entry ``p % E`` (``E`` OBuf entries); after ``E`` passes one RD-OUT puts
+    row ``r`` in GPR word ``y_at + r // 16``, lane ``r % 16``. An input
+    longer than the GBuf is taken in blocks of ``gbuf_entries`` words, each
+    written once per ``E`` passes, the passes accumulating over the blocks.
+    The ``passes x N`` words from ``y_at`` are written (rows past ``d_out``
+    hold whatever the unused banks compute)."""
+
+    hub: HubConfig
+    d_in: int
+    d_out: int
+    base: int = 0
+    x_at: int = 0
+    y_at: int | None = None
+
+    def __post_init__(self):
+        cfg, need = self.hub.channel, []
+        if cfg.banks != LANES:
+            need.append(f"{LANES} banks per channel (a bank's result is one RD-OUT lane), "
+                        f"not {cfg.banks}")
+        for name, v in (("d_in", self.d_in), ("d_out", self.d_out)):
+            if v <= 0 or v % LANES:
+                need.append(f"{name} a positive multiple of {LANES}, not {v}")
+        if self.base < 0 or self.x_at < 0 or (self.y_at is not None and self.y_at < 0):
+            need.append("base, x_at and y_at >= 0")
+        if need:
+            raise ValueError("FC lowering needs " + "; ".join(need))
+        if self.y_at is None:
+            object.__setattr__(self, "y_at", self.x_at + self.words_in)
+        if self.gpr_words > self.hub.gpr_entries:
+            raise ValueError(f"{self.describe()} does not fit the HUB: GPR entries: "
+                             f"{self.gpr_words} > {self.hub.gpr_entries}")
+
+    @property
+    def words_in(self) -> int:
+        return self.d_in // LANES
+
+    @property
+    def passes(self) -> int:
+        """All-bank MAC passes: ``16 N`` rows each."""
+        return -(-self.d_out // (LANES * self.hub.n_channels))
+
+    @property
+    def block(self) -> int:
+        """Input words in GBuf at once."""
+        return min(self.words_in, self.hub.channel.gbuf_entries)
+
+    @property
+    def va_words(self) -> int:
+        """Virtual words ``W`` takes in every bank (from ``base``)."""
+        return self.passes * self.words_in
+
+    @property
+    def gpr_words(self) -> int:
+        return max(self.x_at + self.words_in, self.y_at + self.passes * self.hub.n_channels)
+
+    def program(self) -> list[int]:
+        hub, n, wi, k = self.hub, self.hub.n_channels, self.words_in, self.block
+        every, cols, e_max = (1 << n) - 1, hub.channel.cols, hub.channel.obuf_entries
+        blocks = [(j, min(k, wi - j)) for j in range(0, wi, k)]
+
+        def wr_inp(j, size):
+            return instr(Opcode.WR_INP, ch_mask=every, op_size=size, gpr_addr=self.x_at + j,
+                         gbuf_idx=0)
+
+        prog = [wr_inp(*blocks[0])] if len(blocks) == 1 else []
+        for first in range(0, self.passes, e_max):
+            group = range(first, min(first + e_max, self.passes))
+            for j, size in blocks:
+                if len(blocks) > 1:
+                    prog.append(wr_inp(j, size))
+                for e, p in enumerate(group):
+                    va = self.base + p * wi + j
+                    prog.append(instr(Opcode.MAC, ch_mask=every, op_size=size, row=va // cols,
+                                      col=va % cols, gbuf_idx=0, out_idx=e))
+            prog.append(instr(Opcode.RD_OUT, ch_mask=every, op_size=len(group),
+                              gpr_addr=self.y_at + first * n, out_idx=0))
+        check = check_program(prog, hub)
+        if not check.ok:
+            raise AssertionError(f"lowered program faults at word {check.index}: "
+                                 f"{check.message}")
+        if len(prog) > hub.instr_depth:
+            raise ValueError(f"{self.describe()}: {len(prog)} instruction words exceed the "
+                             f"instruction buffer ({hub.instr_depth})")
+        return prog
+
+    def weight_words(self, weights: np.ndarray) -> dict[tuple[int, int, int], np.ndarray]:
+        """Every bank word ``weights`` (``(d_out, d_in)`` BF16 bits) fills,
+        keyed (channel, bank, va)."""
+        if weights.shape != (self.d_out, self.d_in):
+            raise ValueError(f"weights of shape {weights.shape}, not {(self.d_out, self.d_in)}")
+        n, wi = self.hub.n_channels, self.words_in
+        words = {}
+        for r in range(self.d_out):
+            p, c, b = r // (LANES * n), (r // LANES) % n, r % LANES
+            for w in range(wi):
+                words[(c, b, self.base + p * wi + w)] = weights[r, w * LANES:(w + 1) * LANES]
+        return words
+
+    def describe(self) -> str:
+        return f"FC {self.d_out}x{self.d_in} on {self.hub.n_channels} channels"
+
+
 def small_attention_hub(n_channels: int = 2) -> HubConfig:
     """The small module the lowering's tests run: ``small_config``'s
     channel with 16 banks (a score word per RD-OUT), 32 GBuf and 4 OBuf
