@@ -6,12 +6,15 @@ host interface over the blocks and the channel models), ``ibuf``
 ``sequencer`` (Op-size, translation, range checks), ``multicast``
 (emissions and their delivery), ``epu`` (softmax and reduction on the
 GPR: numerics and cycles), ``ports`` (what they share); and the
-host side, ``session`` (chunk allocation, the QK^T layout and sessions).
+host side, ``session`` (chunk allocation, the QK^T layout and sessions),
+``lowering`` (attention and FC GEMVs lowered to DPA programs) and
+``decode`` (a small transformer decoded token by token on the module).
 
 This is the specification ``hw/hub/`` meets. A DPA program is a list of
 ``INSTR_BITS`` instruction words (``golden.isa``) in the instruction buffer.
-Each decode step (``HostOp.STEP``) runs it once for every ACTIVE request, in
-request order; then every request that ran gets ``T_cur += 1``.
+Each decode step (``HostOp.STEP``) runs it once for every ACTIVE request not
+in the STEP's skip mask (its ``data``), in request order; then every request
+that ran gets ``T_cur += 1``.
 
 Program
     Channel instructions (WR-INP, MAC, RD-OUT, RD, WR), loops, and (a HUB
@@ -53,7 +56,7 @@ Faults (``golden.isa.Fault``), per request, first one kept
 Timing (cycle-exact with the RTL)
     STEP accepted in cycle ``s``. From ``s + 1`` the decoder visits request
     0, 1, ...: one cycle per request (its checks; a request that does not run
-    costs just that cycle), then for a running request one cycle per DYN-LOOP
+    costs just that cycle, as does a skipped one), then for a running request one cycle per DYN-LOOP
     and per DYN-MODI (first iteration only; later iterations jump back to the
     first channel instruction of the body), and one *push* per command into
     the decoded-command FIFO (``decode_depth`` entries): command ``k`` is
