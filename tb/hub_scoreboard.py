@@ -27,7 +27,7 @@ from golden.channel import ChannelModel, Command
 from golden.config import HubConfig
 from golden.hub import HostCall, Hub
 from golden.hub.ports import READS
-from golden.isa import HostOp, Opcode
+from golden.isa import HostOp, HostStatus, Opcode
 from golden.streams import TraceEntry
 
 
@@ -146,11 +146,10 @@ def check(hub: HubConfig, calls: list[HostCall], rec: HubRecord,
             accept = _acceptances(rec, observed, r.responded)
             out.bubbles.append(sum(observed[i + 1][0] - accept[i]
                                    for i in range(len(observed) - 1)))
-            last = model.last_step
             ref = model.host(c.op, data=c.data, cycle=r.accepted,
                              accept=lambda i, e, a=accept: (a[i] if i < len(a) else e + 1),
                              landed=_landing(rec, model, observed))
-            ran = model.last_step if model.last_step is not last else None  # None: refused
+            ran = model.last_step if ref.code == HostStatus.OK else None  # None: refused
             want = [(e.cycle, e.command.pack(), e.ch_mask, int(e.discard))
                     for e in (ran.emissions if ran else [])]
             out.epu_runs += len(ran.epu_runs) if ran else 0

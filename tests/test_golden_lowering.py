@@ -10,10 +10,9 @@ import pytest
 from golden import numerics
 from golden.config import HubConfig, small_config
 from golden.hub import Hub, epu, instr
+from golden.hub.decode import write_words
 from golden.hub.lowering import AttentionLayout, FcLayout, kv_image, small_attention_hub
-from golden.hub.session import KEY_STAGING
 from golden.isa import LANES, HostOp, HostStatus, Opcode, unpack_instruction
-from golden.streams import Command
 
 
 def hub_of(n_channels=2, **kw):
@@ -34,21 +33,25 @@ def attention_f32(keys, values, queries):
     return np.array(out)
 
 
+def fill_stale(h, rng):
+    """Every row of ``h``'s channels holds old data, as chunks freed by
+    earlier requests do."""
+    for ch in h.channels:
+        for b in range(CH.banks):
+            for row in range(CH.rows):
+                ch.rows[(b, row)] = numerics.float_to_bf16(rng.standard_normal((CH.cols, LANES)))
+
+
 def run_attention(hub, layout, lengths, seed=0, stale=True):
     """One decode step of ``layout``'s program for requests of ``lengths``
     tokens: (Hub, per request the output words as floats, the reference)."""
     rng = np.random.default_rng(seed)
     h = Hub(hub, strict=True)
-    if stale:  # every row holds old data, as chunks freed by earlier requests do
-        for ch in h.channels:
-            for b in range(CH.banks):
-                for row in range(CH.rows):
-                    ch.rows[(b, row)] = numerics.float_to_bf16(
-                        rng.standard_normal((CH.cols, LANES)))
+    if stale:
+        fill_stale(h, rng)
     prog = layout.program()
     assert h.load_program(prog, layout.tokens_per_chunk).code == HostStatus.OK
     region = hub.gpr_entries // len(lengths)
-    staging = hub.gpr_entries + KEY_STAGING
     chunk = 0
     refs = []
     for r, t in enumerate(lengths):
@@ -64,12 +67,7 @@ def run_attention(hub, layout, lengths, seed=0, stale=True):
             for w in range(layout.words):
                 h.host(HostOp.GPR_WRITE, arg_a=r * region + layout.query(q) + w,
                        data=numerics.lanes_to_word(vec[w * LANES:(w + 1) * LANES]))
-        for (c, b, va), lanes in kv_image(layout, keys, values).items():
-            row, col = h.translate(r, va)
-            h.host(HostOp.GPR_WRITE, arg_a=staging, data=numerics.lanes_to_word(lanes))
-            assert h.host(HostOp.RAW, arg_a=1 << c, arg_b=staging,
-                          data=Command(Opcode.WR, bank=b, row=row, col=col).pack()).code == \
-                HostStatus.OK
+        write_words(h, r, kv_image(layout, keys, values))
         refs.append(attention_f32(keys, values, queries))
     step = h.step()
     assert step.ran == list(range(len(lengths)))
@@ -189,14 +187,9 @@ def run_fc(hub, layout, weights, xs, seed=0):
     """``layout``'s program over one request per input vector of ``xs``
     (each its own GPR region, all mapping the same weight chunks), after
     the weights are written with RAW WRs over stale rows: the outputs."""
-    from golden.hub.decode import write_words
-
     rng = np.random.default_rng(seed)
     h = Hub(hub, strict=True)
-    for ch in h.channels:
-        for b in range(CH.banks):
-            for row in range(CH.rows):
-                ch.rows[(b, row)] = numerics.float_to_bf16(rng.standard_normal((CH.cols, LANES)))
+    fill_stale(h, rng)
     region = hub.gpr_entries // len(xs)
     chunks = -(-(layout.base + layout.va_words) // (CH.cols * hub.chunk_rows))
     for r, x in enumerate(xs):

@@ -145,7 +145,7 @@ class Reference:
         return w["lm_head"] @ rmsnorm(h)
 
 
-def decode_hub(model: TinyModel, slots: int = 2, max_tokens: int = 128) -> HubConfig:
+def decode_hub(model: TinyModel, slots: int = 2) -> HubConfig:
     """The module the decode runs on: two channels of 16 banks
     (``small_attention_hub``'s) with rows of 8 words and 1-row chunks (so a
     KV head's chunk holds 64 tokens at ``d_head`` 32 and short sequences
@@ -205,7 +205,7 @@ class PimDecoder:
     def __init__(self, model: TinyModel, slots: int = 2, max_tokens: int = 128,
                  hub: HubConfig | None = None, kv_chunks: int | None = None):
         self.m, self.slots = model, slots
-        self.hub = hub or decode_hub(model, slots, max_tokens)
+        self.hub = hub or decode_hub(model, slots)
         self.h = Hub(self.hub, strict=True)
         self.w = model.weights()
         self.att = AttentionLayout(self.hub, model.d_head, group=model.group,
@@ -270,12 +270,12 @@ class PimDecoder:
 
     def finish(self, slot: int) -> None:
         self.active[slot] = None
-        for layer in range(self.m.layers):
-            for kv in range(self.m.kv_heads):
-                req = self.att_req(slot, layer, kv)
-                _ok(self.h.host(HostOp.RELEASE, req))
-                self.alloc.release(req)
-                self.v_words = {k: v for k, v in self.v_words.items() if k[0] != req}
+        reqs = {self.att_req(slot, layer, kv) for layer in range(self.m.layers)
+                for kv in range(self.m.kv_heads)}
+        for req in sorted(reqs):
+            _ok(self.h.host(HostOp.RELEASE, req))
+            self.alloc.release(req)
+        self.v_words = {k: v for k, v in self.v_words.items() if k[0] not in reqs}
 
     # ---- programs --------------------------------------------------------------
     def run(self, name: str, reqs: list[int]) -> None:

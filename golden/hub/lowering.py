@@ -46,6 +46,18 @@ from golden.hub.ibuf import check_program, instr
 from golden.isa import LANES, ModiField, Opcode
 
 
+def _checked(prog: list[int], hub: HubConfig, what: str) -> list[int]:
+    """``prog``, once the commit check passes it (a lowering bug otherwise)
+    and it fits the instruction buffer (named otherwise)."""
+    check = check_program(prog, hub)
+    if not check.ok:
+        raise AssertionError(f"lowered program faults at word {check.index}: {check.message}")
+    if len(prog) > hub.instr_depth:
+        raise ValueError(f"{what}: {len(prog)} instruction words exceed the instruction "
+                         f"buffer ({hub.instr_depth})")
+    return prog
+
+
 @dataclass(frozen=True)
 class AttentionLayout:
     """The placement and GPR layout of one KV head's attention on ``hub``
@@ -190,14 +202,7 @@ class AttentionLayout:
                           out_idx=0))
         prog.append(instr(Opcode.EPU_REDUCE, op_size=g * w, gpr_addr=self.partials,
                           dst_addr=self.out(0), span=G))
-        check = check_program(prog, hub)
-        if not check.ok:
-            raise AssertionError(f"lowered program faults at word {check.index}: "
-                                 f"{check.message}")
-        if len(prog) > hub.instr_depth:
-            raise ValueError(f"{self.describe()}: {len(prog)} instruction words exceed the "
-                             f"instruction buffer ({hub.instr_depth})")
-        return prog
+        return _checked(prog, hub, self.describe())
 
     def _loop(self, body: list[int], strides: list[tuple[ModiField, int]]) -> list[int]:
         """A DYN-LOOP over an iteration's tokens: one DYN-MODI per word of
@@ -319,14 +324,7 @@ class FcLayout:
                                       col=va % cols, gbuf_idx=0, out_idx=e))
             prog.append(instr(Opcode.RD_OUT, ch_mask=every, op_size=len(group),
                               gpr_addr=self.y_at + first * n, out_idx=0))
-        check = check_program(prog, hub)
-        if not check.ok:
-            raise AssertionError(f"lowered program faults at word {check.index}: "
-                                 f"{check.message}")
-        if len(prog) > hub.instr_depth:
-            raise ValueError(f"{self.describe()}: {len(prog)} instruction words exceed the "
-                             f"instruction buffer ({hub.instr_depth})")
-        return prog
+        return _checked(prog, hub, self.describe())
 
     def weight_words(self, weights: np.ndarray) -> dict[tuple[int, int, int], np.ndarray]:
         """Every bank word ``weights`` (``(d_out, d_in)`` BF16 bits) fills,
