@@ -154,14 +154,20 @@ def cmd_sim(args) -> int:
     policies = args.policy or list(POLICIES)
     env = {"PIMORCH_HUB_LAG": "1"}
     rows, started = [], time.perf_counter()
-    # (label, configuration, cocotb tests, player tests)
+    # (label, configuration, cocotb tests, player tests[, cocotb test module])
     parts = [(policy, small_config().replace(policy=policy), runner.list_tests(policy),
               play_tests.list_tests(policy)) for policy in policies]
     if not args.no_hub:
+        from tb.hub_stimulus import decode_rtl_hub
+
         hub_tests = runner.list_tests(module_name=runner.HUB_TB_MODULE)
         parts += [(f"hub-{policy}", small_hub_config(policy), hub_tests,
                    play_tests.list_tests(policy, kind="hub"))
                   for policy in policies if policy in runner.HUB_POLICIES]
+        if decode_rtl_hub().channel.policy in policies:
+            parts.append(("decode", decode_rtl_hub(),
+                          runner.list_tests(module_name=runner.DECODE_TB_MODULE),
+                          play_tests.list_tests(kind="decode"), runner.DECODE_TB_MODULE))
     if not args.no_alu:
         from sim.generate import ALU_TEST_CONFIG
 
@@ -180,17 +186,17 @@ def cmd_sim(args) -> int:
         raise ConfigError(f"--test: unknown test(s) {', '.join(unknown)} "
                           f"(known: {', '.join(sorted(known))})")
     chosen = []
-    for label, config, applicable, player in parts:
+    for label, config, applicable, player, *module in parts:
         tests = [t for t in (args.test or applicable) if t in applicable]
         played = [] if args.no_player or waves else \
             [t for t in (args.test or player) if t in player]
         if tests or played:
-            chosen.append((label, config, tests, played))
+            chosen.append((label, config, tests, played, module[0] if module else None))
     if not chosen:  # every test named is a player test, and the player is off
         why = "--waves (the player writes no waveforms)" if waves else "--no-player"
         raise ConfigError(f"--test {', '.join(args.test or [])}: player test(s), not run "
                           f"with {why}")
-    for label, config, tests, played in chosen:
+    for label, config, tests, played, module in chosen:
         print(f"pimorch sim: {label}: {len(tests)} cocotb test(s) and {len(played)} player "
               f"test(s) under {args.sim}{' with waveforms' if waves else ''}; "
               f"building the models if needed ...", flush=True)
@@ -201,7 +207,7 @@ def cmd_sim(args) -> int:
         for name in tests:
             results, test_dir = runner.run(args.sim, [name], config=config, waves=waves,
                                            seed=cocotb_seed, run_name=f"{label}-{name}",
-                                           extra_env=env)
+                                           extra_env=env, module=module)
             for r in results:
                 metrics = test_dir / "metrics.json"
                 m = json.loads(metrics.read_text()) if metrics.is_file() else {}
@@ -678,7 +684,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="controller policy to build and test (repeatable; default: all); "
                         "the PIM module (HUB) tests run with the static and dcs channels")
     s.add_argument("--no-hub", action="store_true",
-                   help="skip the PIM module (HUB + channels) tests")
+                   help="skip the PIM module (HUB + channels) tests, the decode "
+                        "configuration's (16 banks a channel) among them")
     s.add_argument("--no-alu", action="store_true",
                    help="skip the JIT-Q ALU channel tests (tb/test_alu.py)")
     s.add_argument("--no-dex", action="store_true",

@@ -39,6 +39,8 @@ TB_MODULE = "tb.test_channel"
 HUB_TB_MODULE = "tb.test_hub"
 ALU_TB_MODULE = "tb.test_alu"
 DEX_TB_MODULE = "tb.test_dex"
+#: the PIM module at the decode configuration (tb/hub_stimulus.py decode_rtl_hub)
+DECODE_TB_MODULE = "tb.test_decode"
 #: Channel policies the PIM module (HUB + channels) is tested with.
 HUB_POLICIES = ("static", "dcs")
 
@@ -131,8 +133,10 @@ def build(sim: str, config: ChannelConfig | HubConfig | None = None, waves: bool
 def run(sim: str, testcases: list[str] | None = None,
         config: ChannelConfig | HubConfig | None = None,
         waves: bool = False, seed: int | None = None, run_name: str | None = None,
-        extra_env: dict[str, str] | None = None) -> tuple[list[TestResult], Path]:
-    """Run cocotb tests; return their results and the run folder."""
+        extra_env: dict[str, str] | None = None,
+        module: str | None = None) -> tuple[list[TestResult], Path]:
+    """Run cocotb tests (of ``module``, default the configuration's test
+    module); return their results and the run folder."""
     config = config or small_config()
     runner = build(sim, config, waves)
     name = run_name or "-".join(testcases or ["all"])
@@ -140,7 +144,8 @@ def run(sim: str, testcases: list[str] | None = None,
     if test_dir.exists():
         shutil.rmtree(test_dir)
     test_dir.mkdir(parents=True)
-    toplevel, module = _toplevel(config)
+    toplevel, default = _toplevel(config)
+    module = module or default
     if seed is None:  # the run's seed, chosen here so the testbench can print it (tb/seeds.py)
         seed = secrets.randbelow(1 << 32)
     env = {"PIMORCH_CONFIG": json.dumps(dataclasses.asdict(config)),

@@ -2,7 +2,9 @@
 cocotb tests (tb/test_hub.py) and the standalone player (tb/play_tests.py
 ``hub_*``): a QK^T decode session checked against numpy, the same with the
 EPU's softmax and reduction after it, one scenario per fault code, the
-EPU's faults, and bad host operations."""
+EPU's faults, and bad host operations; and (tb/test_decode.py, ``hub_decode``)
+a small transformer's decode, every host call of it, on the module it was
+lowered for."""
 
 from __future__ import annotations
 
@@ -24,6 +26,14 @@ from golden.hub import (
     program_calls,
     qkt_session,
     status_fields,
+)
+from golden.hub.decode import (
+    LOGIT_BOUND,
+    TinyModel,
+    compare,
+    decode,
+    decode_hub,
+    random_sequences,
 )
 from golden.isa import Fault, HostOp, HostStatus, ModiField, Opcode
 
@@ -286,3 +296,68 @@ def check_epu_faults(hub: HubConfig, calls: list[HostCall], rsp: list[tuple[int,
     for (code, d), (_, want) in zip(commits, _epu_bad_programs(hub), strict=True):
         assert code == HostStatus.FAULT and d & ((1 << COMMIT_INDEX_SHIFT) - 1) == want, \
             (code, d, want)
+
+
+# ---- a decode on the module ------------------------------------------------------
+
+#: the transformer the RTL decodes: two layers (each STEPs its own requests
+#: with the others skipped), GQA (two query heads share a KV head), and
+#: d_head 16 over two channels, so SV's partial sums come from two token
+#: groups and the EPU's reduction adds them (docs/lowering.md)
+DECODE_MODEL = TinyModel(layers=2, d_model=32, heads=2, kv_heads=1, d_head=16, d_ff=32,
+                         vocab=16)
+DECODE_SLOTS = 2
+#: the player's decode: three sequences over the two slots (the third takes
+#: the first freed slot and its chunks), prompts of ``longest``, 2 and 3
+#: tokens, then these many greedy tokens each
+DECODE_SHORT_PROMPTS = (2, 3)
+DECODE_NEW_TOKENS = (1, 2, 1)
+
+
+def decode_rtl_hub() -> HubConfig:
+    """The module the RTL decode runs on: ``decode_hub`` for DECODE_MODEL
+    with 32 rows a bank (the weights' 4 chunks and the KV caches') and DCS
+    channels."""
+    hub = decode_hub(DECODE_MODEL, DECODE_SLOTS, rows=32)
+    return hub.replace(channel=hub.channel.replace(policy="dcs"))
+
+
+@dataclass
+class DecodeCase:
+    calls: list[HostCall]  # every host call of the decode, weights first
+    responses: list[tuple[int, int]]  # what the golden decoder got for each
+    rows: list[dict]  # per sequence, against the float32 reference (golden.hub.decode.compare)
+    grants: list[tuple[int, int, int]]  # (sequence, request, chunk) of every GROW
+    tokens_per_chunk: int
+
+
+def decode_case(hub: HubConfig, prompts: list[int], new_tokens: list[int],
+                seed: int = 0) -> DecodeCase:
+    """DECODE_MODEL decoded on the golden ``hub``: random sequences
+    (``seed``) with prompts of these lengths and these many greedy tokens,
+    ``DECODE_SLOTS`` at a time, every host call recorded (the weights'
+    writes first)."""
+    seqs = random_sequences(DECODE_MODEL, prompts, new_tokens, seed)
+    max_tokens = max(len(q.prompt) + q.new_tokens for q in seqs)
+    dec = decode(DECODE_MODEL, seqs, DECODE_SLOTS, max_tokens=-(-max_tokens // 16) * 16,
+                 hub=hub)
+    return DecodeCase(dec.h.calls, dec.h.responses, compare(DECODE_MODEL, seqs), dec.grants,
+                      dec.att.tokens_per_chunk)
+
+
+def player_decode_case(hub: HubConfig, longest: int, seed: int = 0) -> DecodeCase:
+    """The player's decode: a ``longest``-token prompt (longer than a
+    chunk's tokens: its KV heads GROW mid-decode) and DECODE_SHORT_PROMPTS."""
+    return decode_case(hub, [longest, *DECODE_SHORT_PROMPTS], list(DECODE_NEW_TOKENS), seed)
+
+
+def check_decode(case: DecodeCase, rsp: list[tuple[int, int]]) -> None:
+    """The module's response to every call is what the golden decoder got
+    (so the module decoded the same logits and tokens), and the decode is
+    within LOGIT_BOUND of the float32 reference."""
+    assert len(rsp) == len(case.responses), f"{len(rsp)} responses, {len(case.responses)} calls"
+    for i, (got, want) in enumerate(zip(rsp, case.responses, strict=True)):
+        assert got == want, (f"call {i} ({case.calls[i]}): response {got}, the golden "
+                             f"decoder got {want}")
+    for k, row in enumerate(case.rows):
+        assert row["max_error"] < LOGIT_BOUND, f"sequence {k}: logit error {row['max_error']}"

@@ -23,7 +23,7 @@ from golden import numerics as nm
 from golden.alu import AluConfig
 from golden.channel import Command, RunResult, gemv_result, mac, rd_out, wr_inp
 from golden.config import ChannelConfig, HubConfig
-from golden.isa import Opcode
+from golden.isa import HostOp, Opcode
 from sim import fast
 from tb import scoreboard
 from tb.alu_stimulus import KERNEL_CASES, check_kernel, kernel_case, random_program
@@ -285,11 +285,40 @@ def hub_host_errors(p: Player, n: int) -> dict:
             "host_calls": len(calls)}
 
 
+def hub_decode(p: Player, n: int) -> dict:
+    """The PIM module at the decode configuration (tb/hub_stimulus.py
+    ``decode_rtl_hub``): a small transformer's decode, every host call of
+    it (weights, GROWs, K/V and query writes, program loads, STEPs with
+    skip masks, reads, releases), three sequences over two slots, the
+    first with an ``n``-token prompt; every response, multicast load and
+    channel trace equal to golden, the responses to what the golden
+    decoder got, its logits within the bound of float32."""
+    from tb.hub_stimulus import DECODE_NEW_TOKENS, check_decode, player_decode_case
+
+    case = player_decode_case(p.config, n, seed=p.seed % 1000)
+    rec, result = p.play_hub(case.calls)
+    check_decode(case, [(c.code, c.data) for c in rec.calls])
+    per_request: dict[tuple[int, int], int] = {}
+    for seq, req, _ in case.grants:
+        per_request[seq, req] = per_request.get((seq, req), 0) + 1
+    grown = max(per_request.values())
+    assert grown == -(-(n + DECODE_NEW_TOKENS[0]) // case.tokens_per_chunk), per_request
+    return {"commands": result.channel_commands, "cycles": rec.cycle,
+            "host_calls": len(case.calls),
+            "steps": sum(c.op == HostOp.STEP for c in case.calls),
+            "epu_runs": result.epu_runs, "chunks_granted": len(case.grants),
+            "max_logit_error": max(r["max_error"] for r in case.rows)}
+
+
 #: what a player test runs on: the PIM channel at a policy, the dual-path
-#: channel (tb/test_dex.py's configuration), the JIT-Q ALU channel, or the
-#: PIM module (HUB and channels at a policy)
-KINDS = ("channel", "dex", "alu", "hub")
+#: channel (tb/test_dex.py's configuration), the JIT-Q ALU channel, the PIM
+#: module (HUB and channels at a policy), or the PIM module a decode is
+#: lowered for (tb/hub_stimulus.py ``decode_rtl_hub``)
+KINDS = ("channel", "dex", "alu", "hub", "decode")
 HUB_STEPS = 16  # decode steps of hub_qkt (the GPR holds the scores of about 20)
+#: hub_decode's longest prompt: a chunk's 128 tokens and one, so that
+#: sequence's KV heads take a second chunk mid-decode
+DECODE_LONGEST = 129
 
 
 @dataclass(frozen=True)
@@ -313,6 +342,7 @@ TESTS = {
     "hub_faults": PlayTest(hub_faults, ("static", "dcs"), 1, kind="hub"),
     "hub_epu": PlayTest(hub_epu, ("static", "dcs"), 1, kind="hub"),
     "hub_host_errors": PlayTest(hub_host_errors, ("static", "dcs"), 1, kind="hub"),
+    "hub_decode": PlayTest(hub_decode, (), DECODE_LONGEST, kind="decode"),
 }
 #: tests whose size the caller may scale (--stream-commands and the like)
 SCALED = ("long_dense", "long_sparse")
@@ -352,7 +382,8 @@ def run_test(sim: str, config: ChannelConfig | AluConfig, name: str, run_dir: Pa
         raise ValueError(f"{name}: size must be >= 1, not {size}")
     seed = new_seed() if seed is None else seed
     slice_rows = 0
-    want = {"alu": AluConfig, "hub": HubConfig}.get(test.kind, ChannelConfig)
+    want = {"alu": AluConfig, "hub": HubConfig, "decode": HubConfig}.get(test.kind,
+                                                                         ChannelConfig)
     if not isinstance(config, want):
         raise ValueError(f"{name} runs on a {want.__name__}, not {config!r}")
     if test.kind == "dex":

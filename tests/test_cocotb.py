@@ -89,6 +89,26 @@ def test_hub_rtl_matches_golden(sim, policy, test, request):
                                     f"(log: {test_dir / 'sim.log'})"
 
 
+#: The PIM module at the decode configuration (two channels of 16 banks,
+#: tb/test_decode.py): one decode step of a small transformer under Icarus
+#: here, under Verilator in make sim and make test-full. The longer decode
+#: runs through the standalone player under both (tests/test_fast.py).
+@pytest.mark.parametrize("sim, test", [
+    pytest.param(sim, test, id=f"{sim}-decode-{test}", marks=build_group("decode"))
+    for sim in SIMS for test in runner.list_tests(module_name=runner.DECODE_TB_MODULE)])
+def test_decode_rtl_matches_golden(sim, test, request):
+    from tb.hub_stimulus import decode_rtl_hub
+
+    skip_unless_full(sim, "decode", request)
+    need(sim)
+    results, test_dir = runner.run(sim, [test], config=decode_rtl_hub(),
+                                   seed=seed_option(request), run_name=f"pytest-decode-{test}",
+                                   module=runner.DECODE_TB_MODULE)
+    failed = [r for r in results if not r.passed]
+    assert results and not failed, f"{failed[0].message if failed else 'no result'} " \
+                                    f"(log: {test_dir / 'sim.log'})"
+
+
 #: The ALU channel's cocotb tests (the bad-command stream and one kernel):
 #: under Icarus here, under Verilator in make test-full. The long random
 #: program and every kernel run through the standalone player under both

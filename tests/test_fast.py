@@ -16,6 +16,7 @@ from sim import fast
 from sim.generate import ALU_TEST_CONFIG, BUILD, CONFIGS, dex_test_config
 from tb import play_tests, scoreboard
 from tb.alu_stimulus import random_program
+from tb.hub_stimulus import decode_rtl_hub
 from tb.stimulus import dex_stream, random_stream
 from tests.conftest import build_group, full_run, seed_option
 
@@ -25,11 +26,12 @@ SIMS = ["verilator", "icarus"]
 ICARUS_SIZE = {"long_dense": 3000, "long_sparse": 3000, "dex_long": 200, "dcs_kernel": 64,
                "gemv": 64, "alu_random": 1500,
                "alu_kernels": 4,  # every placement; the FP32-source kernel in Verilator
-               "hub_qkt": 4}
+               "hub_qkt": 4,
+               "hub_decode": 3}  # prompts of 3, 2 and 3 tokens: no chunk grown mid-decode
 #: 2 x 65,600 commands, and the PIM module's sessions (about 500 cycles per
 #: second; its cocotb tests run under Icarus in make test): under Icarus
 #: only in make test-full
-ICARUS_FULL_ONLY = ("id_wrap", "hub_qkt", "hub_faults", "hub_host_errors")
+ICARUS_FULL_ONLY = ("id_wrap", "hub_qkt", "hub_faults", "hub_host_errors", "hub_decode")
 pytestmark = [pytest.mark.cocotb, build_group("dcs")]  # the tests below use the DCS models
 
 
@@ -50,6 +52,9 @@ def cases():
                 yield pytest.param(sim, small_hub_config(policy), test,
                                    id=f"{sim}-hub-{policy}-{test}",
                                    marks=build_group(f"hub-{policy}"))
+        for test in play_tests.list_tests(kind="decode"):
+            yield pytest.param(sim, decode_rtl_hub(), test, id=f"{sim}-decode-{test}",
+                               marks=build_group("decode"))
     # the gddr6-aim geometry (16 banks x 64 words per row, 64 rows): make test-full
     yield pytest.param("verilator", CONFIGS["full16"](), "long_sparse",
                        id="verilator-full16-long_sparse", marks=build_group("full16"))
@@ -69,7 +74,7 @@ def test_player_matches_golden(sim, config, test, request):
     if isinstance(config, AluConfig):
         name = f"alu-{config.banks}b-{test}"
     elif isinstance(config, HubConfig):
-        name = f"hub-{config.channel.policy}-{test}"
+        name = f"hub-{config.channel.policy}-{config.channel.banks}b-{test}"
     else:
         name = f"{config.policy}{'-dex' if config.dual_path else ''}-{config.banks}b-{test}"
     r = play_tests.run_test(sim, config, test, BUILD / "fast" / "runs" / sim / f"pytest-{name}",

@@ -6,12 +6,8 @@ and slots reused after a release, against numpy float32 of the same model."""
 import numpy as np
 import pytest
 
+from golden.hub.decode import LOGIT_BOUND as BOUND
 from golden.hub.decode import Sequence, TinyModel, decode, decode_study, reference_logits
-
-#: worst logit error relative to the reference's largest logit: activations
-#: are rounded to BF16 at every GPR crossing (GEMV inputs and outputs,
-#: scores, probabilities, partial sums) through two layers
-BOUND = 2 ** -5
 
 
 @pytest.mark.parametrize("heads", [2, 4], ids=["mha", "gqa"])

@@ -43,11 +43,16 @@ from golden import numerics
 from golden.config import HubConfig
 from golden.hub.lowering import AttentionLayout, FcLayout, small_attention_hub
 from golden.hub.module import Hub
-from golden.hub.session import KEY_STAGING, ChunkAllocator
+from golden.hub.session import KEY_STAGING, ChunkAllocator, HostCall
 from golden.isa import LANES, HostOp, HostStatus, Opcode
 from golden.streams import Command
 
 FC_TOKENS_PER_CHUNK = 1 << 24  # an FC program has no loop: T_cur never limits it
+#: the documented bound on a decoded step's worst logit error relative to
+#: the reference's largest logit: activations are rounded to BF16 at every
+#: GPR crossing (GEMV inputs and outputs, scores, probabilities, partial
+#: sums) through two layers
+LOGIT_BOUND = 2 ** -5
 
 
 @dataclass(frozen=True)
@@ -145,14 +150,14 @@ class Reference:
         return w["lm_head"] @ rmsnorm(h)
 
 
-def decode_hub(model: TinyModel, slots: int = 2) -> HubConfig:
+def decode_hub(model: TinyModel, slots: int = 2, rows: int = 256) -> HubConfig:
     """The module the decode runs on: two channels of 16 banks
-    (``small_attention_hub``'s) with rows of 8 words and 1-row chunks (so a
-    KV head's chunk holds 64 tokens at ``d_head`` 32 and short sequences
-    GROW), enough requests, VA2PA entries and GPR for ``slots`` sequences
-    of ``model``."""
+    (``small_attention_hub``'s) with ``rows`` rows of 8 words and 1-row
+    chunks (so a KV head's chunk holds 64 tokens at ``d_head`` 32 and
+    short sequences GROW), enough requests, VA2PA entries and GPR for
+    ``slots`` sequences of ``model``."""
     small = small_attention_hub(2)
-    ch = small.channel.replace(cols=8, rows=256)
+    ch = small.channel.replace(cols=8, rows=rows)
     base = small.replace(channel=ch, chunk_bytes=2 * LANES * ch.cols * 32)
     words = -(-sum(FcLayout(base, i, o).va_words for o, i in model.matrices().values())
               // (base.channel.cols * base.chunk_rows))
@@ -175,6 +180,23 @@ class Sequence:
     def next_token(self) -> int:
         n = len(self.tokens)
         return self.prompt[n] if n < len(self.prompt) else int(np.argmax(self.logits[-1]))
+
+
+class RecordingHub(Hub):
+    """A golden HUB that keeps every host operation it is given, in order
+    (``calls``): the session that replays a decode on the RTL module."""
+
+    def __init__(self, hub: HubConfig, strict: bool = False):
+        super().__init__(hub, strict)
+        self.calls: list[HostCall] = []
+        self.responses: list[tuple[int, int]] = []  # (code, data) of each call
+
+    def host(self, op: int, req_id: int = 0, arg_a: int = 0, arg_b: int = 0, data: int = 0,
+             **kw):
+        self.calls.append(HostCall(HostOp(op), req_id, arg_a, arg_b, data))
+        rsp = super().host(op, req_id, arg_a, arg_b, data, **kw)
+        self.responses.append((int(rsp.code), rsp.data))
+        return rsp
 
 
 def write_words(h: Hub, req: int, words: dict[tuple[int, int, int], np.ndarray]) -> None:
@@ -206,7 +228,7 @@ class PimDecoder:
                  hub: HubConfig | None = None, kv_chunks: int | None = None):
         self.m, self.slots = model, slots
         self.hub = hub or decode_hub(model, slots)
-        self.h = Hub(self.hub, strict=True)
+        self.h = RecordingHub(self.hub, strict=True)
         self.w = model.weights()
         self.att = AttentionLayout(self.hub, model.d_head, group=model.group,
                                    max_tokens=max_tokens)
@@ -364,10 +386,11 @@ class PimDecoder:
 
 
 def decode(model: TinyModel, sequences: list[Sequence], slots: int = 2,
-           max_tokens: int = 128, kv_chunks: int | None = None) -> PimDecoder:
+           max_tokens: int = 128, kv_chunks: int | None = None,
+           hub: HubConfig | None = None) -> PimDecoder:
     """Decode ``sequences`` on the golden module, ``slots`` at a time in
     lock step; a finished sequence's slot goes to the next waiting one
-    (``PimDecoder`` for ``kv_chunks``)."""
+    (``PimDecoder`` for ``kv_chunks`` and ``hub``)."""
     for i, q in enumerate(sequences):
         if not q.prompt or q.new_tokens < 0:
             raise ValueError(f"sequence {i}: a prompt of at least one token and new_tokens "
@@ -379,7 +402,7 @@ def decode(model: TinyModel, sequences: list[Sequence], slots: int = 2,
     longest = max(len(q.prompt) + q.new_tokens for q in sequences)
     if longest > max_tokens:
         raise ValueError(f"a sequence of {longest} tokens exceeds max_tokens={max_tokens}")
-    dec = PimDecoder(model, slots, max_tokens, kv_chunks=kv_chunks)
+    dec = PimDecoder(model, slots, max_tokens, hub=hub, kv_chunks=kv_chunks)
     waiting = deque(sequences)
     while waiting or any(dec.active):
         for s in range(slots):
@@ -398,24 +421,26 @@ def reference_logits(model: TinyModel, tokens: list[int]) -> list[np.ndarray]:
     return [ref.step(t) for t in tokens]
 
 
-def decode_study(model: TinyModel, prompt_lengths: list[int], new_tokens: list[int],
-                 slots: int = 2, seed: int = 0, max_tokens: int = 128,
-                 kv_chunks: int | None = None) -> dict:
-    """Decode sequences of random prompts (``seed``) on the golden module
-    and compare every step's logits with the float32 reference fed the same
-    tokens: per sequence the tokens, the worst logit error relative to the
-    reference's largest logit, and the steps whose greedy token differs
-    (with the reference's top-two gap there: a near tie when below the
-    error)."""
+def random_sequences(model: TinyModel, prompt_lengths: list[int], new_tokens: list[int],
+                     seed: int = 0) -> list[Sequence]:
+    """Sequences of random prompts (``seed``) of the given lengths, each to
+    produce its number of new tokens."""
     if len(prompt_lengths) != len(new_tokens):
         raise ValueError(f"{len(prompt_lengths)} prompt lengths, {len(new_tokens)} "
                          f"new-token counts")
     rng = np.random.default_rng(seed)
-    seqs = [Sequence([int(t) for t in rng.integers(0, model.vocab, n)], k)
+    return [Sequence([int(t) for t in rng.integers(0, model.vocab, n)], k)
             for n, k in zip(prompt_lengths, new_tokens, strict=True)]
-    dec = decode(model, seqs, slots, max_tokens, kv_chunks)
+
+
+def compare(model: TinyModel, sequences: list[Sequence]) -> list[dict]:
+    """Every decoded sequence's logits against the float32 reference fed
+    the same tokens: per sequence the tokens, the worst logit error
+    relative to the reference's largest logit, and the steps whose greedy
+    token differs (with the reference's top-two gap there: a near tie when
+    below the error)."""
     rows = []
-    for q in seqs:
+    for q in sequences:
         errs, differ = [], []
         for i, (got, want) in enumerate(zip(q.logits, reference_logits(model, q.tokens),
                                             strict=True)):
@@ -427,6 +452,18 @@ def decode_study(model: TinyModel, prompt_lengths: list[int], new_tokens: list[i
                                "reference_gap": float(top[-1] - top[-2]) / scale})
         rows.append({"prompt": len(q.prompt), "new_tokens": q.new_tokens, "tokens": q.tokens,
                      "max_error": max(errs), "greedy_differs": differ})
+    return rows
+
+
+def decode_study(model: TinyModel, prompt_lengths: list[int], new_tokens: list[int],
+                 slots: int = 2, seed: int = 0, max_tokens: int = 128,
+                 kv_chunks: int | None = None) -> dict:
+    """Decode ``random_sequences`` on the golden module and ``compare``
+    them with the float32 reference; with the programs' totals (STEPs,
+    requests run, channel commands, EPU cycles)."""
+    seqs = random_sequences(model, prompt_lengths, new_tokens, seed)
+    dec = decode(model, seqs, slots, max_tokens, kv_chunks)
+    rows = compare(model, seqs)
     by = {}
     for name, reqs, cmds, epu_cycles in dec.steps:
         kind = "attention" if name == "attention" else "fc"
