@@ -11,7 +11,13 @@ from golden import numerics
 from golden.config import HubConfig, small_config
 from golden.hub import Hub, epu, instr
 from golden.hub.decode import write_words
-from golden.hub.lowering import AttentionLayout, FcLayout, kv_image, small_attention_hub
+from golden.hub.lowering import (
+    AttentionLayout,
+    FcLayout,
+    attention_epu_cycles,
+    kv_image,
+    small_attention_hub,
+)
 from golden.isa import LANES, HostOp, HostStatus, Opcode, unpack_instruction
 
 
@@ -103,9 +109,29 @@ def test_attention_matches_numpy(case):
         scale = np.abs(want).max()
         err = np.abs(got - want).max() / scale
         assert err < 2 ** -5, f"{case}: request {r} relative error {err:.4f}"
-    # the EPU ran each query's softmax and one reduction per request
+    # the EPU ran each query's softmax and one reduction per request, for
+    # the cycles the system model charges (attention_epu_cycles)
     ops = [op for _, op, _, _ in step.epu_runs]
     assert ops == ([Opcode.EPU_SOFTMAX] * group + [Opcode.EPU_REDUCE]) * 2
+    for r, t in enumerate([37, 70]):
+        ran = sum(c for req, _, _, c in step.epu_runs if req == r)
+        assert ran == attention_epu_cycles(t, n, d_head, group, unroll) > 0, (case, r)
+
+
+def test_a_wider_epu_shortens_its_passes_only():
+    """``words_per_cycle`` divides the three passes over the score words
+    (rounded up) and the reduction's reads; the fixed tail, tree and
+    reciprocal stay. One word a cycle is the module's EPU."""
+    t = np.array([0, 16, 1000, 4096])
+    one = attention_epu_cycles(t, 16, 128, 4)
+    wide = attention_epu_cycles(t, 16, 128, 4, words_per_cycle=16)
+    assert one[0] == wide[0] == 0
+    w = -(-t[1:] // LANES)
+    p = -(-w // 16) * 16
+    soft = 2 * -(-w // 16) + -(-p // 16) + epu.SOFTMAX_FIXED
+    red = -(-(4 * 8 * 2) // 16) + epu.PASS_TAIL  # 4 heads x 8 words over G = 2 groups
+    assert (wide[1:] == 4 * soft + red).all()
+    assert (one[1:] == 4 * (2 * w + p + epu.SOFTMAX_FIXED) + 4 * 8 * 2 + epu.PASS_TAIL).all()
 
 
 def test_without_the_padding_stale_scores_leak_into_sv():

@@ -315,7 +315,7 @@ def test_auto_takes_the_faster_schedule_per_stage(pp):
 
     model = MODELS["LLM-7B-32K"]
     timer = KernelTimer(load_profile("gddr6-aim"))
-    lengths = np.array([30_000, 28_000, 31_000, 29_000, 27_000, 30_500] * 2)
+    lengths = np.array([15_000, 14_000, 15_500, 14_500, 13_500, 15_250] * 2)
     for tflops, expect in ((0.5, 1.0), (256.0, 0.0)):
         system = dataclasses.replace(SYSTEMS["xPU+PIM"], tflops=tflops)
         got = {n: decode_step(model, system, lengths, 1, pp, "tcp", timer, 0.5,

@@ -13,6 +13,7 @@ import pytest
 from golden import energy
 from golden.channel import ChannelModel
 from golden.config import ConfigError, load_profile
+from golden.hub import epu
 from golden.system import pimphony, scenario, sweep
 from golden.system.kernel_timing import CALIBRATE, LABELS, KernelTimer, Shape
 from golden.system.model import (
@@ -219,7 +220,12 @@ def test_decode_step_hfp_by_hand():
     load = [40 + 100, 40 + 100, 20, 20]
     fc_s = sum(2 * 3 * i * o / 1e12 for i, o in [(256, 768), (256, 256), (256, 512),
                                                  (256, 512), (512, 256)])
-    att = max(load) * 1e-9  # plus a negligible EPU term (2^30 lanes)
+    # the EPU (2^26 words a cycle): each pair's softmax is its fixed cost and
+    # three one-cycle passes; the phase is the longer of the busiest channel
+    # with its pairs' softmaxes and the EPU's total
+    soft = 3 + epu.SOFTMAX_FIXED
+    pairs = [2, 2, 1, 1]
+    att = max(max(c + n * soft for c, n in zip(load, pairs, strict=True)), 6 * soft) * 1e-9
     assert r["step_s"] == pytest.approx(3 * (att + fc_s), rel=1e-6)
     assert r["breakdown_s"]["attention_mac"] == pytest.approx(3 * 56e-9)
     assert r["breakdown_s"]["act_pre"] == pytest.approx(3 * 28e-9)
@@ -341,7 +347,11 @@ def test_sub_channels_split_a_pair_under_hfp_and_add_channels_under_tcp():
     half = decode_step(TINY, XPU, -(-lengths // 2), 1, 1, "hfp", LinearTimer(cfg), 1.0, asm)
     mac = "attention_mac"
     assert two["breakdown_s"][mac] == pytest.approx(half["breakdown_s"][mac])
-    assert two["mac_utilization"] == pytest.approx(half["mac_utilization"], rel=1e-6)
+    # the same MAC work; the EPU adds each pair's reduction of its two
+    # sub-channels' partial sums
+    assert two["mac_utilization"] * two["step_s"] == pytest.approx(
+        half["mac_utilization"] * half["step_s"], rel=1e-6)
+    assert two["breakdown_s"]["reduction"] > half["breakdown_s"]["reduction"]
     wide = dataclasses.replace(XPU, channels_per_module=2 * XPU.channels_per_module)
     t2 = decode_step(TINY, XPU, lengths, 1, 1, "tcp", LinearTimer(cfg), 1.0, asm, sub=2)
     tw = decode_step(TINY, wide, lengths, 1, 1, "tcp", LinearTimer(cfg), 1.0, asm)
@@ -430,13 +440,16 @@ def test_hfp_study_points_report_the_channel_limit():
 
 def test_decode_step_tcp_and_pipeline_by_hand():
     cfg = load_profile()
-    asm = Assumptions(epu_lanes=4, xpu_bandwidth_tbs=1e9, link_gbs=1e12,
+    asm = Assumptions(epu_lanes=16, xpu_bandwidth_tbs=1e9, link_gbs=1e12,
                       xpu_subbatches=1)
     lengths = np.array([1024, 128])  # pp 2: micro-batch 0 = [1024], 1 = [128]
     r = decode_step(TINY, XPU, lengths, 1, 2, "tcp", LinearTimer(cfg), 1.0, asm)
     # TCP over 4 channels: 256 and 32 tokens per channel -> 2 and 1 units per kernel
     att = [2 * (2 + 2) * 10, 2 * (1 + 1) * 10]  # two KV heads per micro-batch
-    epu = [2 * (1024 + 3 * 128) / 4, 2 * (128 + 3 * 128) / 4]
+    # the EPU (one word a cycle): a softmax over W score words padded to the
+    # 4 channels' words (2 W + P + 35), then the reduction of the 8 result
+    # words over G = max(1, 16 x 4 / 128) = 1 token group (8 + 2)
+    epu = [2 * (2 * 64 + 64 + 35 + 8 + 2), 2 * (2 * 8 + 8 + 35 + 8 + 2)]
     fc = sum(2 * i * o / 1e12 for i, o in [(256, 768), (256, 256), (256, 512), (256, 512),
                                            (512, 256)])
     per_layer = [(a + e) * 1e-9 + fc for a, e in zip(att, epu, strict=True)]

@@ -185,11 +185,34 @@ def cycles(op: Opcode, n: int = 0, op_size: int = 0, span: int = 1) -> int:
     whole groups of ``op_size`` words, a reduction of ``op_size`` words of
     ``span`` (0: nothing to do)."""
     if op == Opcode.EPU_SOFTMAX:
-        w = softmax_words(n)
-        return 2 * w + padded_words(n, op_size) + SOFTMAX_FIXED if w else 0
+        padded_words(n, op_size)  # op_size a power of two
+        return int(softmax_cycles(n, op_size))
     if op == Opcode.EPU_REDUCE:
-        return op_size * span + PASS_TAIL if op_size else 0
+        return int(reduce_cycles(op_size, span))
     raise ValueError(f"{op!r} is not an EPU instruction")
+
+
+def _passes(words, per_cycle: int):
+    return -(-np.asarray(words) // per_cycle)
+
+
+def softmax_cycles(n, op_size: int = 1, words_per_cycle: int = 1):
+    """``cycles`` of a softmax over ``n`` scores (an integer or an array),
+    padded to whole groups of ``op_size`` words, on an EPU that reads
+    ``words_per_cycle`` GPR words a cycle in each pass (the RTL's and this
+    model's EPU: 1; a wider EPU is the system model's assumption, its
+    passes shorter and its tail, tree and reciprocal the same)."""
+    w = _passes(n, LANES)
+    g = max(1, op_size)
+    p = -(-w // g) * g
+    k = words_per_cycle
+    return np.where(w > 0, 2 * _passes(w, k) + _passes(p, k) + SOFTMAX_FIXED, 0)
+
+
+def reduce_cycles(op_size: int, span: int = 1, words_per_cycle: int = 1) -> int:
+    """``cycles`` of a reduction of ``op_size`` words of ``span``, on an EPU
+    reading ``words_per_cycle`` words a cycle (``softmax_cycles``)."""
+    return int(_passes(op_size * span, words_per_cycle)) + PASS_TAIL if op_size else 0
 
 
 def gpr_words(op: Opcode, f: dict[str, int], t_cur: int) -> tuple[np.ndarray, np.ndarray]:

@@ -58,6 +58,36 @@ def _checked(prog: list[int], hub: HubConfig, what: str) -> list[int]:
     return prog
 
 
+def attention_epu_ops(n_channels: int, d_head: int, group: int, unroll: int = 1
+                      ) -> list[tuple[Opcode, int, int]]:
+    """The EPU instructions of the attention program, ``(opcode, op_size,
+    span)``: per query head a softmax padded to the ``unroll x n_channels``
+    score words an SV iteration reads, then one reduction of the ``group x
+    d_head / 16`` result words over the ``G`` token groups' partial sums
+    (``AttentionLayout``; its program is built from this list)."""
+    groups = max(1, LANES * n_channels // d_head)
+    return [(Opcode.EPU_SOFTMAX, unroll * n_channels, 1)] * group + [
+        (Opcode.EPU_REDUCE, group * d_head // LANES, groups)]
+
+
+def attention_epu_cycles(tokens, n_channels: int, d_head: int, group: int, unroll: int = 1,
+                         words_per_cycle: int = 1):
+    """EPU cycles of one KV head's attention at T_cur ``tokens`` (an integer
+    or an array): ``golden.hub.epu``'s timing of ``attention_epu_ops``, on
+    an EPU reading ``words_per_cycle`` GPR words a cycle (the module's: 1).
+    The system model's softmax and reduction cost."""
+    from golden.hub import epu
+
+    total = np.zeros(np.shape(tokens), np.int64)
+    for op, op_size, span in attention_epu_ops(n_channels, d_head, group, unroll):
+        if op == Opcode.EPU_SOFTMAX:
+            total = total + epu.softmax_cycles(tokens, op_size, words_per_cycle)
+        else:
+            total = total + np.where(np.asarray(tokens) > 0,
+                                     epu.reduce_cycles(op_size, span, words_per_cycle), 0)
+    return total
+
+
 @dataclass(frozen=True)
 class AttentionLayout:
     """The placement and GPR layout of one KV head's attention on ``hub``
@@ -184,8 +214,9 @@ class AttentionLayout:
                                   gpr_addr=self.scores(q) + k * n, out_idx=o))
                 strides += [(ModiField.COL, S), (ModiField.GPR_ADDR, u * n)]
         prog += self._loop(body, strides)
-        prog += [instr(Opcode.EPU_SOFTMAX, op_size=u * n, gpr_addr=self.scores(q), span=1)
-                 for q in range(g)]
+        *soft, (_, red_size, red_span) = attention_epu_ops(n, self.d_head, g, u)
+        prog += [instr(Opcode.EPU_SOFTMAX, op_size=size, gpr_addr=self.scores(q), span=span)
+                 for q, (_, size, span) in enumerate(soft)]
         body, strides = [], []
         for q in range(g):  # SV
             for grp in range(G):
@@ -200,8 +231,8 @@ class AttentionLayout:
         prog += self._loop(body, strides)
         prog.append(instr(Opcode.RD_OUT, ch_mask=every, op_size=g * D, gpr_addr=self.partials,
                           out_idx=0))
-        prog.append(instr(Opcode.EPU_REDUCE, op_size=g * w, gpr_addr=self.partials,
-                          dst_addr=self.out(0), span=G))
+        prog.append(instr(Opcode.EPU_REDUCE, op_size=red_size, gpr_addr=self.partials,
+                          dst_addr=self.out(0), span=red_span))
         return _checked(prog, hub, self.describe())
 
     def _loop(self, body: list[int], strides: list[tuple[ModiField, int]]) -> list[int]:

@@ -27,9 +27,16 @@ all channels (``ceil(T / channels)`` each, QK^T and SV alike); the SV
 partial sums are reduced once in the HUB. GQA uses the row-reuse mapping
 of :mod:`golden.kernels` (all queries of a group over one open KV row).
 
-**HUB/EPU** ("reduction" in the breakdown): softmax costs ``group x T``
-element operations per pair, the TCP reduction ``(channels - 1) x group x
-d_head``, at ``epu_lanes`` elements per channel cycle. Under HFP the EPU
+**HUB/EPU** ("reduction" in the breakdown): on the HUB's EPU a pair
+costs the cycles of the attention program's EPU instructions
+(``golden.hub.lowering.attention_epu_cycles``: the golden EPU's timing of
+each query head's softmax and of the TCP reduction over the token groups'
+partial sums), the EPU reading ``epu_lanes / 16`` GPR words a cycle
+(:func:`epu_words_per_cycle`; HFP, not lowered yet: a softmax per query
+head and a reduction over the pair's sub-channels). On the near-memory
+processors softmax costs ``group x T`` element operations per pair, the
+TCP reduction ``(channels - 1) x group x d_head``, at
+:func:`vector_rate` elements per channel cycle. Under HFP the EPU
 works beside the other channels: the phase lasts ``max(max over channels
 of (PIM + EPU of its pairs), total EPU)``; under TCP a pair's softmax sits
 between its QK^T and SV and its reduction after its SV, nothing overlapped.
@@ -66,6 +73,8 @@ from golden.config import (
     load_profile_data,
 )
 from golden.energy import COUNTS
+from golden.hub.epu import reduce_cycles, softmax_cycles
+from golden.hub.lowering import attention_epu_cycles
 from golden.isa import LANES
 from golden.system import overlap, sweep
 from golden.system.kernel_timing import MODES, KernelTimer, Shape
@@ -103,7 +112,7 @@ class Assumptions:
 
     xpu_bandwidth_tbs: float = 2.0  # xPU+PIM: weight stream to the matrix units per module
     link_gbs: float = 64.0  # module-to-module link (TP all-gather, PP hand-off)
-    epu_lanes: int = 256  # HUB/EPU elements per channel cycle per module
+    epu_lanes: int = 256  # lanes of the module's EPU: epu_lanes / 16 GPR words a cycle
     dcs_obuf_entries: int = 8
     baseline_policy: str = "static"  # or "pingpong": the scheduling baseline
     chunk_bytes: int = CHUNK_BYTES
@@ -286,6 +295,21 @@ def vector_rate(system: System, asm: Assumptions, t_ck_ns: float) -> float:
     return float(asm.epu_lanes)
 
 
+def epu_words_per_cycle(system: System, asm: Assumptions) -> int | None:
+    """GPR words the module's EPU reads a cycle in each softmax and
+    reduction pass (``epu_lanes / 16``; the RTL's EPU: one), or None where
+    the near-memory processors do the vector work (:func:`vector_rate`)."""
+    return hub_epu_words(asm) if system.vector_on == "hub" else None
+
+
+def hub_epu_words(asm: Assumptions) -> int:
+    """GPR words the HUB's EPU reads a cycle: ``epu_lanes / 16``."""
+    if asm.epu_lanes % LANES:
+        raise ConfigError(f"assumptions.epu_lanes must be a multiple of {LANES} (whole GPR "
+                          f"words a cycle), not {asm.epu_lanes}")
+    return asm.epu_lanes // LANES
+
+
 def layer_vector_elements(model: Model, tp: int) -> int:
     """Vector elements of one request's decoder layer on one module besides
     attention: two RMSNorms and two residual adds over ``d_model`` (each
@@ -433,11 +457,14 @@ _ATTENTION = (("attention_mac", "mac"), ("act_pre", "act_pre"), ("attention_io",
 
 def _attention(model: Model, lens: np.ndarray, requests: np.ndarray, kvh: int, partition: str,
                timer: KernelTimer, rate: float, ch_iv: int, sub: int,
-               slots: bool, kv_ch: int | None = None) -> dict | None:
+               slots: bool, kv_ch: int | None = None,
+               epu_k: int | None = None) -> dict | None:
     """One module's attention, per layer, for the requests ``requests``
     (indices in the batch; their lengths ``lens``), in channel cycles: the
     critical channel's ``labels``, the ``phase`` (the channel busy longest,
-    with the vector unit at ``rate`` elements a cycle, :func:`vector_rate`),
+    with the softmax and reduction on the HUB's EPU reading ``epu_k`` words
+    a cycle, :func:`epu_words_per_cycle`, or with ``epu_k`` None on the
+    near-memory processors at ``rate`` elements a cycle, :func:`vector_rate`),
     the vector unit's busy cycles ``vector``, MAC and busy
     profile-channel-cycles, and per Table IV channel its PIM ``load`` and,
     with ``slots``, the weight reads that fit beside that load
@@ -448,16 +475,18 @@ def _attention(model: Model, lens: np.ndarray, requests: np.ndarray, kvh: int, p
     ch = ch_iv * sub
     qk, svs = Shape("qkt", model.d_head, model.group), Shape("sv", model.d_head, model.group)
     pairs = np.repeat(lens, kvh)  # (request, KV head) pairs on one module
-    epu = (model.group * pairs).astype(np.float64)
+    epu = (model.group * pairs).astype(np.float64)  # vector elements (energy)
     labels = dict.fromkeys((*(n for n, _ in _ATTENTION), "reduction"), 0.0)
     if partition == "tcp":
         tok = -(-pairs // ch)
         uq, us = qk.units(cfg, tok), svs.units(cfg, tok)
         q, s = timer(qk, uq), timer(svs, us)
         epu = epu + (ch - 1) * model.group * model.d_head
+        vcyc = (attention_epu_cycles(pairs, ch, model.d_head, model.group,
+                                     words_per_cycle=epu_k) if epu_k else epu / rate)
         for name, lab in _ATTENTION:
             labels[name] = float(q[lab].sum() + s[lab].sum())
-        labels["reduction"] = float(epu.sum()) / rate
+        labels["reduction"] = float(vcyc.sum())
         kernels = float(q["cycles"].sum() + s["cycles"].sum())
         phase, load = kernels + labels["reduction"], np.array([kernels])
         kslots = (np.array([timer.slots(qk, uq).sum() + timer.slots(svs, us).sum()])
@@ -470,11 +499,16 @@ def _attention(model: Model, lens: np.ndarray, requests: np.ndarray, kvh: int, p
         uq, us = qk.units(cfg, tok), svs.units(cfg, tok)
         q, s = timer(qk, uq), timer(svs, us)
         epu = epu + (sub - 1) * model.group * model.d_head
+        if epu_k:  # HFP is not lowered: per query head a softmax, one reduction over sub
+            vcyc = model.group * softmax_cycles(pairs, 1, epu_k) + (
+                reduce_cycles(model.group * model.d_head // LANES, sub, epu_k) if sub > 1 else 0)
+        else:
+            vcyc = epu / rate
         kv_ch = ch_iv if kv_ch is None else kv_ch  # the last kv_ch channels hold KV
         where = hfp_channels(requests, kvh, kv_ch) + (ch_iv - kv_ch)
         per = {lab: np.bincount(where, q[lab] + s[lab], minlength=ch_iv)
                for lab in ("cycles", *(lab for _, lab in _ATTENTION))}
-        epu_ch = np.bincount(where, epu, minlength=ch_iv) / rate
+        epu_ch = np.bincount(where, vcyc, minlength=ch_iv).astype(np.float64)
         crit = int(np.argmax(per["cycles"] + epu_ch))
         phase = max(float(per["cycles"][crit] + epu_ch[crit]), float(epu_ch.sum()))
         for name, lab in _ATTENTION:
@@ -486,7 +520,7 @@ def _attention(model: Model, lens: np.ndarray, requests: np.ndarray, kvh: int, p
         mac, busy = sub * int(per["mac"].sum()), sub * int(per["cycles"].sum())
         counts = {c: sub * float(q[c].sum() + s[c].sum()) for c in COUNTS}
     return {"labels": labels, "phase": phase, "load": load, "slots": kslots, "mac": mac,
-            "busy": busy, "vector": float(epu.sum()) / rate, "counts": counts,
+            "busy": busy, "vector": float(vcyc.sum()), "counts": counts,
             "elements": float(epu.sum())}
 
 
@@ -555,6 +589,7 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
     xpu = system.fc_on == "xpu"
     period = timer.read_period() if xpu else 0.0
     rate = vector_rate(system, asm, t_ck_ns)
+    epu_k = epu_words_per_cycle(system, asm)
     lk = system_link(system, asm)
     kv_ch = (min(ch_iv, hfp_kv_channels(model, system, tp * pp // k, asm))
              if partition == "hfp" else None)
@@ -567,7 +602,7 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
         reqs = np.arange(m, len(lengths), pp)
         b = len(reqs)
         a = _attention(model, lengths[reqs], reqs, kvh, partition, timer, rate, ch_iv, sub,
-                       False, kv_ch)
+                       False, kv_ch, epu_k)
         if a is not None:
             mac_total += a["mac"]
             busy_total += a["busy"]
@@ -612,7 +647,7 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
         if xpu and asm.xpu_subbatches != 1 and b >= 2:  # NeuPIMs' two sub-batches
             groups = [reqs[0::2], reqs[1::2]]
             atts = [_attention(model, lengths[g], g, kvh, partition, timer, rate, ch_iv, sub,
-                               True, kv_ch) for g in groups]
+                               True, kv_ch, epu_k) for g in groups]
             links = [2 * lk.all_gather_s(len(g) * model.d_model * 2, tp) for g in groups]
             inter = _stage_neupims(model, system, groups, atts, links, tp, ch, asm, period, tck)
         stages.append((in_turn, inter))

@@ -16,6 +16,8 @@ from itertools import product
 import numpy as np
 
 from golden.config import ConfigError
+from golden.hub.epu import reduce_cycles
+from golden.hub.lowering import attention_epu_ops
 from golden.isa import LANES
 from golden.system import scenario as sc
 from golden.system import sweep
@@ -32,6 +34,7 @@ from golden.system.model import (
     check_mode,
     evaluate,
     evaluate_gpu,
+    hub_epu_words,
     kernel_shapes,
     module_channels,
     slot_shapes,
@@ -274,7 +277,8 @@ def tcp_activation(data: dict, sw: sweep.Sweep, progress: bool | None = None) ->
             per = -(-t // ch)
             tcp = timer(shape, shape.units(cfg, [per]))
             active = min(ch, -(-t // granule[kind]))
-            red = (ch - 1) * data["group"] * data["d_head"] / asm.epu_lanes if kind == "sv" else 0
+            red = reduce_cycles(*attention_epu_ops(ch, data["d_head"], data["group"])[-1][1:],
+                                hub_epu_words(asm)) if kind == "sv" else 0
             tcp_cycles = int(tcp["cycles"][0]) + red
             row[kind] = {
                 "hfp": {"active_channels": 1, "cycles": int(hfp["cycles"][0]),

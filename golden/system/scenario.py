@@ -91,7 +91,7 @@ RANGES = {
     "tokens": Range(1, 1 << 24),
     "assumptions.xpu_bandwidth_tbs": Range(1e-3, 1e3, unit="TB/s"),
     "assumptions.link_gbs": Range(1e-3, 1e6, unit="GB/s"),
-    "assumptions.epu_lanes": Range(1, 1 << 16),
+    "assumptions.epu_lanes": Range(16, 1 << 16),
     "assumptions.dcs_obuf_entries": Range(1, 1 << FIELDS["out_idx"].width),
     "assumptions.chunk_bytes": Range(1, 1 << 40, unit="bytes"),
     "assumptions.gpu_bandwidth_efficiency": Range(0.01, 1),
