@@ -121,17 +121,20 @@ def test_attention_matches_numpy(case):
 def test_a_wider_epu_shortens_its_passes_only():
     """``words_per_cycle`` divides the three passes over the score words
     (rounded up) and the reduction's reads; the fixed tail, tree and
-    reciprocal stay. One word a cycle is the module's EPU."""
+    reciprocal stay. One word a cycle is the module's EPU. At T_cur 0 the
+    softmaxes have nothing to do and the reduction still runs, as the
+    decoder runs it."""
     t = np.array([0, 16, 1000, 4096])
     one = attention_epu_cycles(t, 16, 128, 4)
     wide = attention_epu_cycles(t, 16, 128, 4, words_per_cycle=16)
-    assert one[0] == wide[0] == 0
+    red_one = 4 * 8 * 2 + epu.PASS_TAIL  # 4 heads x 8 words over G = 2 groups
+    red = -(-(4 * 8 * 2) // 16) + epu.PASS_TAIL
+    assert (one[0], wide[0]) == (red_one, red)
     w = -(-t[1:] // LANES)
     p = -(-w // 16) * 16
     soft = 2 * -(-w // 16) + -(-p // 16) + epu.SOFTMAX_FIXED
-    red = -(-(4 * 8 * 2) // 16) + epu.PASS_TAIL  # 4 heads x 8 words over G = 2 groups
     assert (wide[1:] == 4 * soft + red).all()
-    assert (one[1:] == 4 * (2 * w + p + epu.SOFTMAX_FIXED) + 4 * 8 * 2 + epu.PASS_TAIL).all()
+    assert (one[1:] == 4 * (2 * w + p + epu.SOFTMAX_FIXED) + red_one).all()
 
 
 def test_without_the_padding_stale_scores_leak_into_sv():

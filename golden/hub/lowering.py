@@ -80,11 +80,10 @@ def attention_epu_cycles(tokens, n_channels: int, d_head: int, group: int, unrol
 
     total = np.zeros(np.shape(tokens), np.int64)
     for op, op_size, span in attention_epu_ops(n_channels, d_head, group, unroll):
-        if op == Opcode.EPU_SOFTMAX:
+        if op == Opcode.EPU_SOFTMAX:  # nothing to do at T_cur 0
             total = total + epu.softmax_cycles(tokens, op_size, words_per_cycle)
-        else:
-            total = total + np.where(np.asarray(tokens) > 0,
-                                     epu.reduce_cycles(op_size, span, words_per_cycle), 0)
+        else:  # the decoder runs a reduction at any T_cur
+            total = total + epu.reduce_cycles(op_size, span, words_per_cycle)
     return total
 
 
