@@ -164,8 +164,9 @@ def cmd_sim(args) -> int:
         parts += [(f"hub-{policy}", small_hub_config(policy), hub_tests,
                    play_tests.list_tests(policy, kind="hub"))
                   for policy in policies if policy in runner.HUB_POLICIES]
-        if decode_rtl_hub().channel.policy in policies:
-            parts.append(("decode", decode_rtl_hub(),
+        decode_hub = decode_rtl_hub()
+        if decode_hub.channel.policy in policies:
+            parts.append(("decode", decode_hub,
                           runner.list_tests(module_name=runner.DECODE_TB_MODULE),
                           play_tests.list_tests(kind="decode"), runner.DECODE_TB_MODULE))
     if not args.no_alu:

@@ -338,9 +338,8 @@ def decode_case(hub: HubConfig, prompts: list[int], new_tokens: list[int],
     ``DECODE_SLOTS`` at a time, every host call recorded (the weights'
     writes first)."""
     seqs = random_sequences(DECODE_MODEL, prompts, new_tokens, seed)
-    max_tokens = max(len(q.prompt) + q.new_tokens for q in seqs)
-    dec = decode(DECODE_MODEL, seqs, DECODE_SLOTS, max_tokens=-(-max_tokens // 16) * 16,
-                 hub=hub)
+    dec = decode(DECODE_MODEL, seqs, DECODE_SLOTS,
+                 max_tokens=max(len(q.prompt) + q.new_tokens for q in seqs), hub=hub)
     return DecodeCase(dec.h.calls, dec.h.responses, compare(DECODE_MODEL, seqs), dec.grants,
                       dec.att.tokens_per_chunk)
 

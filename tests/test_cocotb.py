@@ -35,6 +35,17 @@ def need(sim):
         pytest.fail(str(e))
 
 
+def run_passes(sim, test, config, request, name, **kw):
+    """Run one cocotb test (``runner.run``) and fail with its message and
+    log when it does not pass."""
+    need(sim)
+    results, test_dir = runner.run(sim, [test], config=config, seed=seed_option(request),
+                                   run_name=f"pytest-{name}", **kw)
+    failed = [r for r in results if not r.passed]
+    assert results and not failed, f"{failed[0].message if failed else 'no result'} " \
+                                    f"(log: {test_dir / 'sim.log'})"
+
+
 #: cocotb models make test builds under Verilator: the DCS channel (its
 #: waveform test needs a model with tracing anyway). The other channel
 #: configurations run their cocotb tests under Icarus here and their long
@@ -55,14 +66,9 @@ def skip_unless_full(sim, label, request):
 @pytest.mark.parametrize("sim, policy, test", list(cases()))
 def test_rtl_matches_golden(sim, policy, test, request):
     skip_unless_full(sim, policy, request)
-    need(sim)
     env = {"PIMORCH_RANDOM_COMMANDS": str(RANDOM_COMMANDS[sim])}
-    results, test_dir = runner.run(sim, [test], config=small_config().replace(policy=policy),
-                                   seed=seed_option(request), run_name=f"pytest-{policy}-{test}",
-                                   extra_env=env)
-    failed = [r for r in results if not r.passed]
-    assert results and not failed, f"{failed[0].message if failed else 'no result'} " \
-                                    f"(log: {test_dir / 'sim.log'})"
+    run_passes(sim, test, small_config().replace(policy=policy), request, f"{policy}-{test}",
+               extra_env=env)
 
 
 #: The PIM module's cocotb tests run under Icarus in make test; under
@@ -80,13 +86,7 @@ def test_rtl_matches_golden(sim, policy, test, request):
     for test in runner.list_tests(module_name=runner.HUB_TB_MODULE)])
 def test_hub_rtl_matches_golden(sim, policy, test, request):
     skip_unless_full(sim, f"hub-{policy}", request)
-    need(sim)
-    results, test_dir = runner.run(sim, [test], config=small_hub_config(policy),
-                                   seed=seed_option(request),
-                                   run_name=f"pytest-hub-{policy}-{test}")
-    failed = [r for r in results if not r.passed]
-    assert results and not failed, f"{failed[0].message if failed else 'no result'} " \
-                                    f"(log: {test_dir / 'sim.log'})"
+    run_passes(sim, test, small_hub_config(policy), request, f"hub-{policy}-{test}")
 
 
 #: The PIM module at the decode configuration (two channels of 16 banks,
@@ -100,13 +100,8 @@ def test_decode_rtl_matches_golden(sim, test, request):
     from tb.hub_stimulus import decode_rtl_hub
 
     skip_unless_full(sim, "decode", request)
-    need(sim)
-    results, test_dir = runner.run(sim, [test], config=decode_rtl_hub(),
-                                   seed=seed_option(request), run_name=f"pytest-decode-{test}",
-                                   module=runner.DECODE_TB_MODULE)
-    failed = [r for r in results if not r.passed]
-    assert results and not failed, f"{failed[0].message if failed else 'no result'} " \
-                                    f"(log: {test_dir / 'sim.log'})"
+    run_passes(sim, test, decode_rtl_hub(), request, f"decode-{test}",
+               module=runner.DECODE_TB_MODULE)
 
 
 #: The ALU channel's cocotb tests (the bad-command stream and one kernel):
@@ -120,12 +115,7 @@ def test_alu_rtl_matches_golden(sim, test, request):
     from sim.generate import ALU_TEST_CONFIG
 
     skip_unless_full(sim, "alu", request)
-    need(sim)
-    results, test_dir = runner.run(sim, [test], config=ALU_TEST_CONFIG,
-                                   seed=seed_option(request), run_name=f"pytest-alu-{test}")
-    failed = [r for r in results if not r.passed]
-    assert results and not failed, f"{failed[0].message if failed else 'no result'} " \
-                                    f"(log: {test_dir / 'sim.log'})"
+    run_passes(sim, test, ALU_TEST_CONFIG, request, f"alu-{test}")
 
 
 @pytest.mark.parametrize("sim, test", [
@@ -136,12 +126,7 @@ def test_dex_rtl_matches_golden(sim, test, request):
     from sim.generate import dex_test_config
 
     skip_unless_full(sim, "dex", request)
-    need(sim)
-    results, test_dir = runner.run(sim, [test], config=dex_test_config(),
-                                   seed=seed_option(request), run_name=f"pytest-dex-{test}")
-    failed = [r for r in results if not r.passed]
-    assert results and not failed, f"{failed[0].message if failed else 'no result'} " \
-                                    f"(log: {test_dir / 'sim.log'})"
+    run_passes(sim, test, dex_test_config(), request, f"dex-{test}")
 
 
 def wave_trace(sim, test):

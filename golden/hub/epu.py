@@ -166,18 +166,28 @@ def reduce(words: np.ndarray, span: int) -> np.ndarray:
     return numerics.f32_to_bf16(acc)
 
 
+def _ceil_div(n, d: int):
+    """``ceil(n / d)`` of an integer or an integer array."""
+    return -(-np.asarray(n) // d)
+
+
 def softmax_words(n: int) -> int:
     """GPR words of ``n`` scores."""
-    return -(-n // LANES)
+    return int(_ceil_div(n, LANES))
+
+
+def _padded(words, group: int):
+    """``words`` rounded up to a multiple of ``group`` (0 or 1: as they are)."""
+    g = max(1, group)
+    return _ceil_div(words, g) * g
 
 
 def padded_words(n: int, group: int = 1) -> int:
     """GPR words a softmax over ``n`` scores writes: its score words rounded
     up to a multiple of ``group`` (a power of two; 0 or 1: no padding)."""
-    g = max(1, group)
-    if g & (g - 1):
+    if group > 1 and group & (group - 1):
         raise ValueError(f"softmax op_size={group} is not a power of two")
-    return (softmax_words(n) + g - 1) & ~(g - 1)
+    return int(_padded(softmax_words(n), group))
 
 
 def cycles(op: Opcode, n: int = 0, op_size: int = 0, span: int = 1) -> int:
@@ -192,27 +202,22 @@ def cycles(op: Opcode, n: int = 0, op_size: int = 0, span: int = 1) -> int:
     raise ValueError(f"{op!r} is not an EPU instruction")
 
 
-def _passes(words, per_cycle: int):
-    return -(-np.asarray(words) // per_cycle)
-
-
 def softmax_cycles(n, op_size: int = 1, words_per_cycle: int = 1):
     """``cycles`` of a softmax over ``n`` scores (an integer or an array),
     padded to whole groups of ``op_size`` words, on an EPU that reads
     ``words_per_cycle`` GPR words a cycle in each pass (the RTL's and this
     model's EPU: 1; a wider EPU is the system model's assumption, its
     passes shorter and its tail, tree and reciprocal the same)."""
-    w = _passes(n, LANES)
-    g = max(1, op_size)
-    p = -(-w // g) * g
+    w = _ceil_div(n, LANES)
     k = words_per_cycle
-    return np.where(w > 0, 2 * _passes(w, k) + _passes(p, k) + SOFTMAX_FIXED, 0)
+    return np.where(w > 0, 2 * _ceil_div(w, k) + _ceil_div(_padded(w, op_size), k)
+                    + SOFTMAX_FIXED, 0)
 
 
 def reduce_cycles(op_size: int, span: int = 1, words_per_cycle: int = 1) -> int:
     """``cycles`` of a reduction of ``op_size`` words of ``span``, on an EPU
     reading ``words_per_cycle`` words a cycle (``softmax_cycles``)."""
-    return int(_passes(op_size * span, words_per_cycle)) + PASS_TAIL if op_size else 0
+    return int(_ceil_div(op_size * span, words_per_cycle)) + PASS_TAIL if op_size else 0
 
 
 def gpr_words(op: Opcode, f: dict[str, int], t_cur: int) -> tuple[np.ndarray, np.ndarray]:
