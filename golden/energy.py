@@ -26,7 +26,8 @@ figure as golden's whenever the two traces are equal.
 Breakdown (``CATEGORIES``): ``mac``; ``io`` (data-bus beats, GBuf writes,
 OBuf reads; in a HUB run, :func:`hub_energy`, the GPR's reads and
 writes); ``act_pre``; ``refresh``; ``background``; ``other`` (the
-array side of normal reads and writes).
+array side of normal reads and writes; in a HUB run, the EPU's
+operations).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 
 from golden.banks import BankTimer
 from golden.config import PROFILES, ChannelConfig, ConfigError, load_profile_data
+from golden.hub.epu import OPS as EPU_OPS
 from golden.isa import LANES, REFRESH_ID, Opcode
 from golden.streams import CMD_ID_MOD, Command, TraceEntry
 
@@ -59,6 +61,10 @@ class EnergyParams:
     obuf_rd_pj: float  # a RD-OUT of every bank's OBuf entry
     gpr_rd_pj: float  # the HUB's GPR: a 32 B word read (a write beat it multicasts, a host read)
     gpr_wr_pj: float  # a 32 B word written (a read beat from a channel, a host write)
+    epu_vec_pj: float  # the HUB's EPU (golden.hub.epu.OPS): sixteen FP32 adds, compares or multiplies
+    epu_exp_pj: float  # sixteen exps
+    epu_tree_pj: float  # one sixteen-to-one tree (the max's or the sum's)
+    epu_div_pj: float  # one step of the reciprocal's division
     ref_pj: float  # an all-bank refresh
     act_standby_mw: float  # some row open
     pre_standby_mw: float  # every bank precharged
@@ -295,21 +301,34 @@ def trace_energy(cfg: ChannelConfig, params: EnergyParams, t_ck_ns: float,
     return {**out, "counts": counts, "active_cycles": counts["active"], "cycles": cycles}
 
 
+def epu_pj(params: EnergyParams, ops: dict):
+    """Energy (pJ) of the EPU operations ``ops`` (``golden.hub.epu.OPS``
+    counts, numbers or arrays)."""
+    return (ops["vec"] * params.epu_vec_pj + ops["exp"] * params.epu_exp_pj
+            + ops["tree"] * params.epu_tree_pj + ops["div"] * params.epu_div_pj)
+
+
 def hub_energy(params: EnergyParams, channels: list[dict], gpr_reads: int,
-               gpr_writes: int) -> dict:
+               gpr_writes: int, epu_ops: dict | None = None) -> dict:
     """Energy (pJ) of a HUB run: its channels' energies (``channels``, each
-    a :func:`trace_energy` result) summed, and the GPR's word reads and
-    writes (``golden.hub.Hub.gpr_reads``, ``gpr_writes``) in ``io``:
-    ``total_pj``, ``breakdown`` (:data:`CATEGORIES`), ``gpr_pj``,
-    ``channels_pj`` (each channel's total) and ``counts`` (the channels'
-    :data:`COUNTS` summed, ``gpr_reads``, ``gpr_writes``)."""
+    a :func:`trace_energy` result) summed, the GPR's word reads and writes
+    (``golden.hub.Hub.gpr_reads``, ``gpr_writes``) in ``io``, and the EPU's
+    operations (``Hub.epu_ops``) in ``other``: ``total_pj``, ``breakdown``
+    (:data:`CATEGORIES`), ``gpr_pj``, ``epu_pj``, ``channels_pj`` (each
+    channel's total) and ``counts`` (the channels' :data:`COUNTS` summed,
+    ``gpr_reads``, ``gpr_writes``, ``epu_ops``)."""
+    ops = {k: int(v) for k, v in (epu_ops or {}).items()}
+    ops = {k: ops.get(k, 0) for k in EPU_OPS}
     gpr = gpr_reads * params.gpr_rd_pj + gpr_writes * params.gpr_wr_pj
+    epu = float(epu_pj(params, ops))
     e = {k: sum(ch["breakdown"][k] for ch in channels) for k in CATEGORIES}
     e["io"] += gpr
+    e["other"] += epu
     counts = {k: sum(ch["counts"][k] for ch in channels) for k in COUNTS}
-    return {"total_pj": sum(e.values()), "breakdown": e, "gpr_pj": gpr,
+    return {"total_pj": sum(e.values()), "breakdown": e, "gpr_pj": gpr, "epu_pj": epu,
             "channels_pj": [ch["total_pj"] for ch in channels],
-            "counts": {**counts, "gpr_reads": gpr_reads, "gpr_writes": gpr_writes}}
+            "counts": {**counts, "gpr_reads": gpr_reads, "gpr_writes": gpr_writes,
+                       "epu_ops": ops}}
 
 
 # ---- the JIT-Q ALU channel ----------------------------------------------------

@@ -176,7 +176,7 @@ def check(hub: HubConfig, calls: list[HostCall], rec: HubRecord,
         known = energy.params_for(hub.channel)
         if known is not None:
             out.energy = energy.hub_energy(known[0], energies, model.gpr_reads,
-                                           model.gpr_writes)
+                                           model.gpr_writes, model.epu_ops)
     return out
 
 

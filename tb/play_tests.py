@@ -235,12 +235,17 @@ def hub_qkt(p: Player, n: int) -> dict:
     case = qkt_case(p.config, steps=n, seed=p.seed % 1000)
     rec, result = p.play_hub(case.calls)
     check_qkt_scores(p.config, case, result.responses)
-    e = result.energy
     return {"commands": result.channel_commands, "cycles": rec.cycle,
             "host_calls": len(case.calls), "steps": n, "step_bubbles": result.bubbles,
-            **({"energy_nj": round(e["total_pj"] / 1e3, 3),
-                "gpr_reads": e["counts"]["gpr_reads"],
-                "gpr_writes": e["counts"]["gpr_writes"]} if e else {})}
+            **_hub_energy(result.energy)}
+
+
+def _hub_energy(e: dict | None) -> dict:
+    """A HUB run's energy fields (``golden.energy.hub_energy``) for a record."""
+    if not e:
+        return {}
+    return {"energy_nj": round(e["total_pj"] / 1e3, 3), "gpr_reads": e["counts"]["gpr_reads"],
+            "gpr_writes": e["counts"]["gpr_writes"], "epu_pj": round(e["epu_pj"], 3)}
 
 
 def hub_faults(p: Player, n: int) -> dict:
@@ -271,7 +276,7 @@ def hub_epu(p: Player, n: int) -> dict:
     check_epu_faults(p.config, faults, result.responses[len(case.calls):])
     return {"commands": result.channel_commands, "cycles": rec.cycle,
             "host_calls": len(case.calls) + len(faults),
-            "epu_runs": result.epu_runs}
+            "epu_runs": result.epu_runs, **_hub_energy(result.energy)}
 
 
 def hub_host_errors(p: Player, n: int) -> dict:

@@ -25,6 +25,15 @@ def test_gddr6_aim_energy_from_its_source():
     assert AIM.beat_pj == pytest.approx(5.5 * 256)
     # the RTL tests' profile is the same device
     assert energy.energy_params("gddr6-aim-assumed") == AIM
+    # the HUB's EPU: CENT's 16-lane accelerators, SWITCH + INT mW for one
+    # 2 GHz cycle; a division step one lane of the vector adder (assumption)
+    assert AIM.epu_vec_pj == pytest.approx((0.133 + 0.248) * 0.5)
+    assert AIM.epu_exp_pj == pytest.approx((0.0339 + 0.560) * 0.5)
+    assert AIM.epu_tree_pj == pytest.approx((0.0562 + 0.232) * 0.5)
+    assert AIM.epu_div_pj == pytest.approx(AIM.epu_vec_pj / 16, rel=1e-4)
+    hbm = energy.energy_params("hbm2-pim")
+    assert [getattr(hbm, k) for k in energy.KEYS if k.startswith("epu_")] == [
+        getattr(AIM, k) for k in energy.KEYS if k.startswith("epu_")]
 
 
 def test_hbm2_pim_energy_from_its_sources():
@@ -56,7 +65,8 @@ def test_every_energy_table_cites_its_source(name):
     assert "energy" in src
     if "energy" in data:
         for key in ("act_pj", "rd_pj", "mac_pj", "obuf_rd_pj", "gbuf_wr_pj", "ref_pj",
-                    "act_standby_mw", "pre_standby_mw"):
+                    "act_standby_mw", "pre_standby_mw", "epu_vec_pj", "epu_exp_pj",
+                    "epu_tree_pj", "epu_div_pj"):
             assert any(key in k + v for k, v in src.items() if k.startswith("energy")), key
         assumptions = [v for k, v in src.items() if k.startswith("energy_")]
         assert assumptions and all("assumption" in v for v in assumptions)

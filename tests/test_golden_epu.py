@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from golden import numerics
+from golden import energy, numerics
 from golden.config import small_hub_config
 from golden.hub import Hub, QktLayout, check_program, epu, instr, qkt_session
 from golden.isa import LANES, Fault, HostOp, HostStatus, Opcode, ReqState
@@ -247,6 +247,42 @@ def test_softmax_pads_with_zero_words():
     assert h.gpr_reads - reads == 2 * 5 + 8 and h.epu_words == 18
     (_, _, _, n), = r.epu_runs
     assert n == 2 * 5 + 8 + epu.SOFTMAX_FIXED
+    # the datapath's operations over the 5 score words, none for the padding:
+    # max pass 5 compares; sum pass 5 subtracts, exps and adds; scale pass 5
+    # subtracts, exps and multiplies; the max and sum trees; 25 division steps
+    assert h.epu_ops == {"vec": 5 + 10 + 10, "exp": 10, "tree": 2, "div": 25}
+
+
+def test_epu_operations_and_their_energy_by_hand():
+    """A softmax over 33 scores (3 words) and a reduction of 2 words over
+    span 4: the operations each does, their sum in the HUB, and
+    ``golden.energy.hub_energy`` pricing them in ``other``."""
+    assert epu.softmax_ops(33) == {"vec": 15, "exp": 6, "tree": 2, "div": epu.RECIP_BITS}
+    assert epu.softmax_ops(0) == dict.fromkeys(epu.OPS, 0)
+    assert epu.reduce_ops(2, 4) == {"vec": 6, "exp": 0, "tree": 0, "div": 0}
+    assert epu.reduce_ops(3, 1) == dict.fromkeys(epu.OPS, 0)  # one source word: widened, rounded
+    vec = epu.softmax_ops(np.array([0, 16, 33]))  # the system model's arrays
+    assert vec["vec"].tolist() == [0, 5, 15] and vec["div"].tolist() == [0, 25, 25]
+    h = Hub(HUB, strict=True)
+    h.host(HostOp.ASSIGN, 0, 33, 0)
+    h.host(HostOp.GROW, 0, 0)
+    assert h.load_program([instr(Opcode.EPU_SOFTMAX, op_size=1, gpr_addr=0, span=1),
+                           instr(Opcode.EPU_REDUCE, op_size=2, gpr_addr=0, dst_addr=16, span=4)],
+                          1000).code == HostStatus.OK
+    h.step()
+    assert h.epu_ops == {"vec": 15 + 6, "exp": 6, "tree": 2, "div": 25}
+    params = energy.energy_params("gddr6-aim")
+    by_hand = (21 * params.epu_vec_pj + 6 * params.epu_exp_pj + 2 * params.epu_tree_pj
+               + 25 * params.epu_div_pj)
+    assert by_hand == pytest.approx(21 * 0.1905 + 6 * 0.29695 + 2 * 0.1441 + 25 * 0.1905 / 16,
+                                    rel=1e-4)
+    e = energy.hub_energy(params, [], h.gpr_reads, h.gpr_writes, h.epu_ops)
+    assert e["epu_pj"] == pytest.approx(by_hand)
+    assert e["breakdown"]["other"] == pytest.approx(by_hand)
+    gpr = h.gpr_reads * params.gpr_rd_pj + h.gpr_writes * params.gpr_wr_pj
+    assert e["total_pj"] == pytest.approx(by_hand + gpr)
+    assert e["counts"]["epu_ops"] == h.epu_ops
+    assert energy.hub_energy(params, [], 0, 0)["epu_pj"] == 0  # no EPU run: nothing
 
 
 # ---- in DPA programs ------------------------------------------------------------

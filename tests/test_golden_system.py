@@ -300,8 +300,12 @@ def test_decode_step_energy_by_hand():
         assert got[f"pim_{cat}"] == pytest.approx(want[cat] * 1e-12), cat
     assert got["pim_mac"] == pytest.approx(3 * units * 64 * params.mac_pj * 1e-12)
     assert got["xpu"] == pytest.approx(3 * 3 * sum(i * o for i, o in mats) * 0.32e-12)
-    elements = 2 * int(lengths.sum())  # softmax: group x T per pair, 2 KV heads
-    assert got["vector"] == pytest.approx(3 * elements * 2.0e-12)
+    # the HUB's EPU (not vector_pj_per_element, the near-memory processors'):
+    # per (request, KV head) pair one softmax (group 1), no reduction (HFP
+    # on one sub-channel), priced by the profile's epu_*_pj
+    epu_pj = sum(energy.epu_pj(params, epu.softmax_ops(int(t))) for t in lengths) * 2
+    assert epu_pj > 0
+    assert got["vector"] == pytest.approx(3 * epu_pj * 1e-12)
     assert got["link"] == 0  # one module
     assert r["energy_j"] == pytest.approx(sum(got.values()))
     assert r["energy_per_token_j"] == pytest.approx(r["energy_j"] / 3)

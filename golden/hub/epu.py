@@ -220,6 +220,34 @@ def reduce_cycles(op_size: int, span: int = 1, words_per_cycle: int = 1) -> int:
     return int(_ceil_div(op_size * span, words_per_cycle)) + PASS_TAIL if op_size else 0
 
 
+#: The EPU datapath's operations, each on one GPR word's sixteen lanes
+#: (docs/energy.md prices them): ``vec`` sixteen FP32 adds, compares or
+#: multiplies; ``exp`` sixteen exps; ``tree`` one sixteen-to-one tree (the
+#: max's or the sum's); ``div`` one step of the reciprocal's division.
+OPS = ("vec", "exp", "tree", "div")
+
+
+def softmax_ops(n) -> dict:
+    """:data:`OPS` of a softmax over ``n`` scores (an integer or an array),
+    as the datapath does them over its ``W`` score words: the max pass
+    compares each word with the lane maxima (``W`` vec) and the max tree
+    takes their maximum (1 tree); the sum pass subtracts the max, takes
+    exp and accumulates (``2 W`` vec, ``W`` exp); the lane tree sums (1
+    tree); the reciprocal takes ``RECIP_BITS`` division steps; the scale
+    pass subtracts, takes exp again and multiplies (``2 W`` vec, ``W``
+    exp). The padding words are written +0 with no operation. ``T_cur``
+    0: nothing."""
+    w = _ceil_div(n, LANES)
+    some = (w > 0).astype(np.int64) if np.ndim(w) else int(w > 0)
+    return {"vec": 5 * w, "exp": 2 * w, "tree": 2 * some, "div": RECIP_BITS * some}
+
+
+def reduce_ops(op_size: int, span: int = 1) -> dict:
+    """:data:`OPS` of a reduction of ``op_size`` words of ``span``: one
+    FP32 add per source word after each result's first (widened exactly)."""
+    return {"vec": op_size * max(0, span - 1), "exp": 0, "tree": 0, "div": 0}
+
+
 def gpr_words(op: Opcode, f: dict[str, int], t_cur: int) -> tuple[np.ndarray, np.ndarray]:
     """(entries read, entries written) of an EPU instruction word's fields
     ``f``, relative to the request's GPR base, for a request at ``t_cur``."""

@@ -87,6 +87,21 @@ def attention_epu_cycles(tokens, n_channels: int, d_head: int, group: int, unrol
     return total
 
 
+def attention_epu_op_counts(tokens, n_channels: int, d_head: int, group: int,
+                            unroll: int = 1) -> dict:
+    """The EPU datapath's operations (``golden.hub.epu.OPS``) of one KV
+    head's attention at T_cur ``tokens`` (an integer or an array), the
+    instructions of ``attention_epu_ops``: the system model's EPU energy."""
+    from golden.hub import epu
+
+    total = dict.fromkeys(epu.OPS, np.zeros(np.shape(tokens), np.int64))
+    for op, op_size, span in attention_epu_ops(n_channels, d_head, group, unroll):
+        ops = (epu.softmax_ops(tokens) if op == Opcode.EPU_SOFTMAX
+               else epu.reduce_ops(op_size, span))
+        total = {k: total[k] + ops[k] for k in epu.OPS}
+    return total
+
+
 @dataclass(frozen=True)
 class AttentionLayout:
     """The placement and GPR layout of one KV head's attention on ``hub``

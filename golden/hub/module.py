@@ -69,6 +69,9 @@ class Hub:
         #: GPR words through the EPU's datapath (a softmax: three passes
         #: over its score words; a reduction: each source word) since reset
         self.epu_words = 0
+        #: the EPU datapath's operations (``golden.hub.epu.OPS``) since
+        #: reset: what ``golden.energy.hub_energy`` prices
+        self.epu_ops = dict.fromkeys(epu.OPS, 0)
         self.last_step: StepResult | None = None
 
     @property
@@ -197,10 +200,14 @@ class Hub:
             self.gpr[dst[:w]] = p
             self.gpr_reads += 2 * w + len(src)
             self.epu_words += 2 * w + len(src)
+            ops = epu.softmax_ops(r.t_cur)
         else:
             self.gpr[dst] = epu.reduce(self.gpr[src], f["span"])
             self.gpr_reads += len(src)
             self.epu_words += len(src)
+            ops = epu.reduce_ops(f["op_size"], f["span"])
+        for k, v in ops.items():
+            self.epu_ops[k] += int(v)
         self.gpr_writes += len(dst)
 
     def send(self, emissions: list[Emission]) -> None:

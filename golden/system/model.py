@@ -73,8 +73,9 @@ from golden.config import (
     load_profile_data,
 )
 from golden.energy import COUNTS
-from golden.hub.epu import reduce_cycles, softmax_cycles
-from golden.hub.lowering import attention_epu_cycles
+from golden.hub.epu import OPS as EPU_OPS
+from golden.hub.epu import reduce_cycles, reduce_ops, softmax_cycles, softmax_ops
+from golden.hub.lowering import attention_epu_cycles, attention_epu_op_counts
 from golden.isa import LANES
 from golden.system import overlap, sweep
 from golden.system.kernel_timing import MODES, KernelTimer, Shape
@@ -475,7 +476,7 @@ def _attention(model: Model, lens: np.ndarray, requests: np.ndarray, kvh: int, p
     ch = ch_iv * sub
     qk, svs = Shape("qkt", model.d_head, model.group), Shape("sv", model.d_head, model.group)
     pairs = np.repeat(lens, kvh)  # (request, KV head) pairs on one module
-    epu = (model.group * pairs).astype(np.float64)  # vector elements (energy)
+    epu = (model.group * pairs).astype(np.float64)  # vector elements (pnm's energy)
     labels = dict.fromkeys((*(n for n, _ in _ATTENTION), "reduction"), 0.0)
     if partition == "tcp":
         tok = -(-pairs // ch)
@@ -484,6 +485,8 @@ def _attention(model: Model, lens: np.ndarray, requests: np.ndarray, kvh: int, p
         epu = epu + (ch - 1) * model.group * model.d_head
         vcyc = (attention_epu_cycles(pairs, ch, model.d_head, model.group,
                                      words_per_cycle=epu_k) if epu_k else epu / rate)
+        ops = (attention_epu_op_counts(pairs, ch, model.d_head, model.group)
+               if epu_k else None)
         for name, lab in _ATTENTION:
             labels[name] = float(q[lab].sum() + s[lab].sum())
         labels["reduction"] = float(vcyc.sum())
@@ -502,8 +505,10 @@ def _attention(model: Model, lens: np.ndarray, requests: np.ndarray, kvh: int, p
         if epu_k:  # HFP is not lowered: per query head a softmax, one reduction over sub
             vcyc = model.group * softmax_cycles(pairs, 1, epu_k) + (
                 reduce_cycles(model.group * model.d_head // LANES, sub, epu_k) if sub > 1 else 0)
+            red = reduce_ops(model.group * model.d_head // LANES, sub)
+            ops = {k: model.group * v + red[k] for k, v in softmax_ops(pairs).items()}
         else:
-            vcyc = epu / rate
+            vcyc, ops = epu / rate, None
         kv_ch = ch_iv if kv_ch is None else kv_ch  # the last kv_ch channels hold KV
         where = hfp_channels(requests, kvh, kv_ch) + (ch_iv - kv_ch)
         per = {lab: np.bincount(where, q[lab] + s[lab], minlength=ch_iv)
@@ -519,9 +524,11 @@ def _attention(model: Model, lens: np.ndarray, requests: np.ndarray, kvh: int, p
                               minlength=ch_iv) if slots else None)
         mac, busy = sub * int(per["mac"].sum()), sub * int(per["cycles"].sum())
         counts = {c: sub * float(q[c].sum() + s[c].sum()) for c in COUNTS}
+    # the vector work's energy: the EPU's operations, or pnm's elements
     return {"labels": labels, "phase": phase, "load": load, "slots": kslots, "mac": mac,
             "busy": busy, "vector": float(vcyc.sum()), "counts": counts,
-            "elements": float(epu.sum())}
+            "elements": 0.0 if ops else float(epu.sum()),
+            "epu_ops": {k: float(np.sum(v)) for k, v in (ops or {}).items()}}
 
 
 def _fc_task(model: Model, system: System, b: int, tp: int, ch: int, asm: Assumptions,
@@ -598,6 +605,7 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
     # per module and layer like mac_total
     use, att = dict.fromkeys(COUNTS, 0.0), dict.fromkeys(COUNTS, 0.0)  # all; attention's
     work = dict.fromkeys(("xpu_macs", "elements", "attention_elements", "link_bytes"), 0.0)
+    work["epu_ops"] = dict.fromkeys(EPU_OPS, 0.0)  # the HUB's EPU: all attention's
     for m in range(pp):
         reqs = np.arange(m, len(lengths), pp)
         b = len(reqs)
@@ -611,6 +619,8 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
                 att[c] += a["counts"][c]
             work["elements"] += a["elements"]
             work["attention_elements"] += a["elements"]
+            for op, v in a["epu_ops"].items():
+                work["epu_ops"][op] += v
         link = 2 * lk.all_gather_s(b * model.d_model * 2, tp)
         comp = dict.fromkeys(COMPONENTS, 0.0)
         if a is not None:
@@ -688,7 +698,8 @@ def decode_step(model: Model, system: System, lengths: np.ndarray, tp: int, pp: 
     busy_total *= tp * model.layers
     use = {c: v * tp * model.layers for c, v in use.items()}
     att = {c: v * tp * model.layers for c, v in att.items()}
-    work = {w: v * tp * model.layers for w, v in work.items()}
+    work = {w: ({o: n * tp * model.layers for o, n in v.items()} if isinstance(v, dict)
+                else v * tp * model.layers) for w, v in work.items()}
     work["link_bytes"] += sum(sizes) * model.d_model * 2 * sum(cross)  # the hand-offs
     busy = {"attention": sum(breakdown[c] for c in ATTENTION_COMPONENTS), "fc": breakdown["fc"]}
     share = busy["attention"] / sum(busy.values()) if sum(busy.values()) else 0.0
@@ -738,8 +749,10 @@ def step_energy(cfg: ChannelConfig, use: dict, work: dict, channels: int, cycles
     ``attention_j`` splits off attention's part (PIMphony's breakdown):
     its kernels' MACs and I/O, the background and refresh in proportion
     to ``share`` (attention's share of the step's busy time; both are
-    time's, not work's), and else (its activations, precharges and the
-    HUB's softmax and reduction elements). ``fc_j`` is the rest of the
+    time's, not work's), and else (its activations, precharges and its
+    softmax and reduction: the HUB EPU's operations, ``work["epu_ops"]``,
+    priced by the profile's ``epu_*_pj``, or the near-memory processors'
+    elements at ``vector_pj_per_element``). ``fc_j`` is the rest of the
     step: the FC layers' PIM or xPU energy, the other vector work, the
     link and the rest of the background."""
     known = energy.params_for(cfg)
@@ -747,16 +760,17 @@ def step_energy(cfg: ChannelConfig, use: dict, work: dict, channels: int, cycles
         return None
     params = energy.scaled(known[0], dict(asm.energy_scale))
     pim = energy.channels_energy(params, t_ck_ns, use, channels, cycles, cfg.timing.t_refi)
+    epu_pj = float(energy.epu_pj(params, work["epu_ops"])) if "epu_ops" in work else 0.0
     pj = {**{f"pim_{k}": v for k, v in pim.items()},
           "xpu": work["xpu_macs"] * asm.xpu_pj_per_mac,
-          "vector": work["elements"] * asm.vector_pj_per_element,
+          "vector": work["elements"] * asm.vector_pj_per_element + epu_pj,
           "link": work["link_bytes"] * asm.link_pj_per_byte}
     a = energy.priced(params, t_ck_ns, {**(attention or dict.fromkeys(COUNTS, 0.0)),
                                           "refreshes": 0.0, "active": 0.0}, 0.0)["breakdown"]
     part = {"mac": a["mac"], "io": a["io"],
             "background": share * pim["background"],
             "else": a["act_pre"] + a["other"] + share * pim["refresh"]
-            + work["attention_elements"] * asm.vector_pj_per_element}
+            + work["attention_elements"] * asm.vector_pj_per_element + epu_pj}
     total = sum(pj.values())
     return {"total_j": total * 1e-12,
             "breakdown_j": {k: float(v) * 1e-12 for k, v in pj.items()},
