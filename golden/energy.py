@@ -61,7 +61,7 @@ class EnergyParams:
     obuf_rd_pj: float  # a RD-OUT of every bank's OBuf entry
     gpr_rd_pj: float  # the HUB's GPR: a 32 B word read (a write beat it multicasts, a host read)
     gpr_wr_pj: float  # a 32 B word written (a read beat from a channel, a host write)
-    epu_vec_pj: float  # the HUB's EPU (golden.hub.epu.OPS): sixteen FP32 adds, compares or multiplies
+    epu_vec_pj: float  # the HUB's EPU (golden.hub.epu.OPS): 16 FP32 adds, compares or multiplies
     epu_exp_pj: float  # sixteen exps
     epu_tree_pj: float  # one sixteen-to-one tree (the max's or the sum's)
     epu_div_pj: float  # one step of the reciprocal's division

@@ -268,6 +268,7 @@ def test_cli_librapim_npu_sweep_plot(tmp_path, capsys):
     (["run", "librapim", "--set", "npu_arrays=0"], "npu_arrays[0] must be in"),
     (["run", "librapim", "--set", "dex_overhead=2"], "dex_overhead must be in"),
     (["run", "librapim", "--set", "dex_split=3"], "dex_split must be"),
+    (["run", "librapim", "--set", "lengths=sharegpt"], "lengths must be one of alpaca, uniform"),
     (["run", "pimphony", "--set", "colour=red"], "unknown key 'colour'"),
     (["run", "pimphony", "--set", "models=LLM-1B"], "models: unknown name 'LLM-1B'"),
     (["run", "pimphony-scaling", "--set", "variation=0.5"], "variation must be in"),

@@ -484,3 +484,30 @@ def test_energy_scale_keys():
     assert data["energy"]["act_standby_mw"] == 2.0 and data["energy"]["ref_pj"] == 1.0
     with pytest.raises(ConfigError, match="energy.mac_pj is a factor"):
         energy.scaled_params(LIBRA_PIM.profile, {"mac_pj": True})
+
+
+def test_alpaca_lengths():
+    """``lengths = alpaca``: Alpaca prompts (the table's distribution), cut
+    to the sequence length, decoded in lock step so the longest sequence
+    holds exactly ``input`` tokens; ``uniform`` keeps its range."""
+    from golden.system.reference import ALPACA_PROMPT_TOKENS as table
+
+    tokens = np.array(list(table))
+    counts = np.array(list(table.values()))
+    mean = (tokens * counts).sum() / counts.sum()
+    for n, batch in ((16, 384), (64, 32), (4096, 256)):
+        got = librapim.input_lengths(n, batch, 0, 0.5, "alpaca")
+        assert got.max() == n and got.min() >= 1 and len(got) == batch
+        assert n - got.min() <= tokens.max() - tokens.min()  # the prompts' spread at most
+    short = librapim.input_lengths(16, 384, 0, 0.5, "alpaca")
+    share = counts[tokens >= 16].sum() / counts.sum()  # prompts cut to 16 tokens
+    assert abs((short == 16).mean() - share) < 0.06
+    # a long sequence: length - (n - longest prompt) is the prompt; its mean the table's
+    many = librapim.input_lengths(1 << 16, 20_000, 1, 0.5, "alpaca")
+    prompts = many - ((1 << 16) - tokens.max())
+    assert prompts.min() >= tokens.min() and abs(prompts.mean() - mean) < 0.5
+    assert set(np.unique(prompts)) <= set(tokens.tolist())
+    uni = librapim.input_lengths(1000, 500, 0, 0.5, "uniform")
+    assert uni.min() >= 500 and uni.max() <= 1000
+    with pytest.raises(ConfigError, match="lengths must be one of alpaca, uniform"):
+        librapim.input_lengths(16, 4, 0, 0.5, "sharegpt")

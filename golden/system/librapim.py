@@ -82,7 +82,14 @@ from golden.system.model import (
     neupims_segments,
     t_ck_ns,
 )
-from golden.system.reference import LIBRA_MODELS, LIBRA_NPU, LIBRA_PIM, LibraModel, LibraNpu
+from golden.system.reference import (
+    ALPACA_PROMPT_TOKENS,
+    LIBRA_MODELS,
+    LIBRA_NPU,
+    LIBRA_PIM,
+    LibraModel,
+    LibraNpu,
+)
 
 SYSTEMS = ("NPU+AiM", "AttAcc-like", "NeuPIMs-like", "LibraPIM", "LibraPIM-noDBO")
 #: Each system's banks (``golden.system.overlap.BANKS``): AiM and AttAcc's
@@ -755,10 +762,29 @@ def spills(split: tuple[int, int], weights: float, kv: float) -> dict[str, float
             "kv_spill": max(0.0, k - m * cells) / k if k else 0.0}
 
 
-def input_lengths(input_len: int, batch: int, seed: int, spread: float) -> np.ndarray:
-    """Context lengths of a group: uniform in ``[input x (1 - spread),
-    input]`` (at least 1 token)."""
+#: How a group's lengths are drawn (the ``lengths`` scenario key,
+#: :func:`input_lengths`).
+LENGTHS = ("alpaca", "uniform")
+
+
+def input_lengths(input_len: int, batch: int, seed: int, spread: float,
+                  lengths: str = "uniform") -> np.ndarray:
+    """Context lengths of a group at its first simulated step.
+
+    ``alpaca``: each request an Alpaca prompt
+    (``reference.ALPACA_PROMPT_TOKENS``, drawn with replacement), cut to
+    ``input_len`` tokens where longer; the group decodes in lock step from
+    its prompts, so every request has generated the same tokens, and the
+    longest sequence holds ``input_len``: a request's length is its prompt
+    plus ``input_len`` less the longest prompt. ``uniform``: uniform in
+    ``[input x (1 - spread), input]`` (at least 1 token)."""
+    check_one_of("lengths", lengths, LENGTHS)
     rng = np.random.default_rng(seed)
+    if lengths == "alpaca":
+        tokens = np.array(list(ALPACA_PROMPT_TOKENS), np.int64)
+        counts = np.array(list(ALPACA_PROMPT_TOKENS.values()), np.float64)
+        prompts = np.minimum(rng.choice(tokens, size=batch, p=counts / counts.sum()), input_len)
+        return prompts + (input_len - prompts.max())
     lo = max(1, int(round(input_len * (1 - spread))))
     return rng.integers(lo, input_len + 1, batch)
 
@@ -773,7 +799,7 @@ def shapes(model: LibraModel) -> list[Shape]:
 def _point(p: dict) -> dict:
     model = LIBRA_MODELS[p["model"]]
     npu = LibraNpu(array_dim=p["npu_array"])
-    lengths = input_lengths(p["input"], p["batch"], p["seed"], p["spread"])
+    lengths = input_lengths(p["input"], p["batch"], p["seed"], p["spread"], p["lengths"])
     cap = capacity(model, p["tp"], lengths + p["steps"])
     data = cap["weights_gb"] * 1e9, cap["kv_gb"] * 1e9
     cfg = pim_config()
@@ -836,10 +862,12 @@ def librapim(data: dict, sw, progress: bool | None = None) -> dict:
                        sw, progress, slots=all_shapes, banks=overlap.BANKS)
     check_latency(data["dbo_latency"])
     check_dex_split(data["dex_split"])
+    check_one_of("lengths", data["lengths"], LENGTHS)
     energy_model.scaled_params(LIBRA_PIM.profile, data["energy"])
     points = [{"model": m.name, "batch": b, "input": i, "tp": data["tp"], "steps": data["steps"],
                "npu_array": a, "dbo_latency": data["dbo_latency"],
-               "seed": data["seed"], "spread": data["spread"], "mode": data["mode"],
+               "seed": data["seed"], "spread": data["spread"], "lengths": data["lengths"],
+               "mode": data["mode"],
                "broadcast_mac_ccd": data["broadcast_mac_ccd"],
                "dex_overhead": data["dex_overhead"], "dex_split": data["dex_split"],
                "energy": data["energy"], "npu_pj_per_mac": data["npu_pj_per_mac"],

