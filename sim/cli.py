@@ -456,7 +456,7 @@ def cmd_epu_accuracy(args) -> int:
 
 
 def cmd_decode(args) -> int:
-    from golden.hub.decode import TinyModel, decode_study
+    from golden.hub.decode import TinyModel, decode_run, decode_summary
 
     model = TinyModel(layers=args.layers, d_model=args.d_model, heads=args.heads,
                       kv_heads=args.kv_heads, d_head=args.d_head, d_ff=args.d_ff,
@@ -469,11 +469,14 @@ def cmd_decode(args) -> int:
         raise ConfigError(f"--new-tokens: {len(new)} values for {len(prompts)} prompts "
                           f"(give one, or one per prompt)")
     try:
-        r = decode_study(model, list(prompts), list(new), slots=args.slots, seed=args.seed,
-                         max_tokens=args.max_tokens, kv_chunks=args.kv_chunks)
+        dec, seqs = decode_run(model, list(prompts), list(new), slots=args.slots,
+                               seed=args.seed, max_tokens=args.max_tokens,
+                               kv_chunks=args.kv_chunks, channels=args.channels,
+                               partition=args.partition, policy=args.policy)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    print(f"# {r['hub']}", file=sys.stderr)
+    r = decode_summary(dec, seqs)
+    print(f"# {r['hub']}; attention {r['partition'].upper()}", file=sys.stderr)
     for i, q in enumerate(r["sequences"]):
         print(f"sequence {i}: prompt {q['prompt']}, {q['new_tokens']} new tokens "
               f"{q['tokens'][q['prompt']:]}; worst logit error {q['max_error']:.4f} of the "
@@ -481,6 +484,23 @@ def cmd_decode(args) -> int:
     for kind, p in r["programs"].items():
         print(f"{kind}: {p['steps']} STEPs, {p['requests']} request runs, {p['commands']} "
               f"channel commands, {p['epu_cycles']} EPU cycles", file=sys.stderr)
+    if args.rtl:
+        from sim import fast
+
+        run_dir = Path(args.rtl_dir)
+        print(f"replaying {len(dec.h.calls)} host calls on the RTL module under {args.rtl} "
+              f"(building it if needed) ...", file=sys.stderr)
+        t = fast.play_decode(args.rtl, dec, run_dir)
+        r["rtl"] = t
+        print(f"RTL ({args.rtl}): every response and channel trace equal to golden; "
+              f"{t['module_cycles']} module cycles", file=sys.stderr)
+        for kind, p in t["programs"].items():
+            print(f"  {kind}: {p['steps']} STEPs, {p['cycles']} cycles "
+                  f"({p['cycles'] / p['steps']:.0f} a STEP, at most {p['max_step_cycles']})",
+                  file=sys.stderr)
+        lock = t["lock_step_cycles"]
+        print(f"  per lock step (a token of every active sequence): {min(lock)}-{max(lock)} "
+              f"cycles, {sum(lock) / len(lock):.0f} on average", file=sys.stderr)
     if args.json:
         _emit(r, args.json)
     return 0
@@ -830,6 +850,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the longest sequence (sizes the GPR's score regions)")
     s.add_argument("--kv-chunks", type=_int_in(1, 1 << 20), default=None,
                    help="physical chunks for the KV caches (default: all after the weights)")
+    s.add_argument("--channels", type=_int_in(1, 8), default=2,
+                   help="the module's channels (16 banks each)")
+    s.add_argument("--partition", choices=["tcp", "hfp"], default="tcp",
+                   help="attention placement: token-centric over every channel, or "
+                        "head-first (each KV head on one channel, a program per channel)")
+    s.add_argument("--policy", choices=list(POLICIES), default=None,
+                   help="the channels' controller (default: static)")
+    s.add_argument("--rtl", nargs="?", const="verilator", choices=SIMULATORS, default=None,
+                   help="also replay the decode on the RTL module (default simulator: "
+                        "verilator), check it against golden and report its cycles")
+    s.add_argument("--rtl-dir", default="build/decode-rtl",
+                   help="run folder of --rtl (the record and logs)")
     s.add_argument("--seed", type=int, default=0, help="weights and prompts")
     s.add_argument("--json", metavar="FILE", help="write JSON to FILE ('-' for stdout)")
     s.set_defaults(func=cmd_decode)

@@ -360,3 +360,44 @@ def run_hub(sim: str, config: HubConfig, calls: list, run_dir: Path,
     if times is not None:
         times.update(write_s=t1 - t0, simulator_s=t2 - t1, read_s=time.perf_counter() - t2)
     return rec
+
+
+def play_decode(sim: str, dec, run_dir: Path) -> dict:
+    """Replay a golden decode (``golden.hub.decode.PimDecoder``: every host
+    call it made) on the RTL PIM module of its configuration in one
+    standalone simulation; score the record against the golden HUB and
+    channels (tb/hub_scoreboard.py) and every response against what the
+    golden decoder got. Returns the module's cycles: per program kind
+    (attention, FC) its STEPs' cycles (STEP accepted to its response: the
+    decoder's expansion, the channels' work, the EPU and every read beat
+    in the GPR), and per lock step (a token of every active sequence)
+    from its first host call to its last response."""
+    from golden.isa import HostOp
+    from tb import hub_scoreboard
+
+    times: dict = {}
+    calls = dec.h.calls
+    rec = run_hub(sim, dec.hub, calls, run_dir, times=times)
+    t0 = time.perf_counter()
+    check = hub_scoreboard.check(dec.hub, calls, rec)
+    check_s = time.perf_counter() - t0
+    got = [(c.code, c.data) for c in rec.calls]
+    for i, (a, b) in enumerate(zip(got, dec.h.responses, strict=True)):
+        if a != b:
+            raise hub_scoreboard.HubScoreboardError(
+                f"call {i} ({calls[i]}): the module answered {a}, the golden decoder got {b}")
+    steps = [r for c, r in zip(calls, rec.calls, strict=True) if c.op == HostOp.STEP]
+    programs: dict[str, dict] = {}
+    for (name, *_), r in zip(dec.steps, steps, strict=True):
+        kind = "attention" if name.startswith("attention") else "fc"
+        row = programs.setdefault(kind, {"steps": 0, "cycles": 0, "max_step_cycles": 0})
+        row["steps"] += 1
+        row["cycles"] += r.responded - r.accepted
+        row["max_step_cycles"] = max(row["max_step_cycles"], r.responded - r.accepted)
+    bounds = [*dec.step_calls, len(calls)]
+    lock = [rec.calls[bounds[i + 1] - 1].responded - rec.calls[bounds[i]].accepted
+            for i in range(len(bounds) - 1)]
+    return {"simulator": sim, "module_cycles": rec.cycle, "host_calls": len(calls),
+            "channel_commands": check.channel_commands, "epu_runs": check.epu_runs,
+            "programs": programs, "lock_step_cycles": lock,
+            "simulator_s": round(times["simulator_s"], 2), "check_s": round(check_s, 2)}

@@ -309,3 +309,31 @@ def test_player_array_size_follows_the_loads():
         "verilator", small_config(), full)
     with pytest.raises(ValueError, match="does not fit the player's 2\\*\\*15 entries"):
         fast.run("verilator", small_config(), loads, Path("unused"), bits=small)
+
+
+@build_group("decode")
+def test_play_decode_reports_the_modules_cycles(tmp_path):
+    """``pimorch decode --rtl``'s replay (sim/fast.py ``play_decode``): a
+    golden decode's every host call on the RTL module of its configuration
+    (here the decode tests' ``decode_rtl_hub``, two sequences of one new
+    token), scored against golden; per program kind its STEPs and their
+    cycles, per lock step its cycles, within the run's cycles. A module
+    that answers one call differently fails with that call named."""
+    from golden.hub.decode import decode, random_sequences
+    from tb import hub_scoreboard
+    from tb.hub_stimulus import DECODE_MODEL, DECODE_SLOTS
+
+    seqs = random_sequences(DECODE_MODEL, [3, 2], [1, 1], 0)
+    dec = decode(DECODE_MODEL, seqs, DECODE_SLOTS, max_tokens=4, hub=decode_rtl_hub())
+    t = fast.play_decode("verilator", dec, tmp_path / "run")
+    att, fc = t["programs"]["attention"], t["programs"]["fc"]
+    names = [name for name, *_ in dec.steps]
+    assert att["steps"] == sum(n == "attention" for n in names) > 0
+    assert fc["steps"] == len(names) - att["steps"]
+    assert 0 < att["max_step_cycles"] * att["steps"] and att["cycles"] >= att["max_step_cycles"]
+    assert len(t["lock_step_cycles"]) == len(dec.step_calls) == 4  # 3 + 1 tokens, lock step
+    assert sum(t["lock_step_cycles"]) <= t["module_cycles"]
+    assert att["cycles"] + fc["cycles"] < sum(t["lock_step_cycles"])  # the host's calls too
+    dec.h.responses[-1] = (dec.h.responses[-1][0], dec.h.responses[-1][1] ^ 1)
+    with pytest.raises(hub_scoreboard.HubScoreboardError, match=f"call {len(dec.h.calls) - 1} "):
+        fast.play_decode("verilator", dec, tmp_path / "bad")

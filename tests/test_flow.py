@@ -138,6 +138,18 @@ def test_cli_decode_json(capsys):
     assert all(q["max_error"] < 2 ** -5 for q in data["sequences"])
     assert data["programs"]["attention"]["steps"] == 2 * 5
     assert "sequence 1: prompt 2" in out.err
+    # head-first on four channels: two slots x two KV heads on four channels,
+    # a STEP per channel and layer
+    assert main(["decode", "--prompts", "3,2", "--new-tokens", "1", "--heads", "4",
+                 "--channels", "4", "--partition", "hfp", "--policy", "dcs", "--json", "-"]) == 0
+    out = capsys.readouterr()
+    data = json.loads(out.out)
+    assert (data["partition"], data["channels"], data["policy"]) == ("hfp", 4, "dcs")
+    # three lock steps of both slots (4 pairs: a STEP per channel), one of the
+    # first (2 pairs), each in 2 layers
+    assert data["programs"]["attention"]["steps"] == (3 * 4 + 1 * 2) * 2
+    assert all(q["max_error"] < 2 ** -5 for q in data["sequences"])
+    assert "attention HFP" in out.err
 
 
 def test_cli_sherpa_json(capsys):
@@ -284,6 +296,8 @@ def test_cli_librapim_npu_sweep_plot(tmp_path, capsys):
     (["decode", "--prompts", "3,2", "--new-tokens", "1,2,3"], "--new-tokens: 3 values for 2"),
     (["decode", "--prompts", "300", "--new-tokens", "1"], "301 tokens exceeds max_tokens=128"),
     (["decode", "--d-head", "24"], "d_head a multiple of 16"),
+    (["decode", "--channels", "3"], "multiple of 16 x 3 channels"),
+    (["decode", "--partition", "head"], "invalid choice: 'head'"),
     (["run", "dpa-program-size", "--d-head", "100"], "d_head=100"),
     (["run", "dpa-capacity", "--requests", "0"], "--requests: must be in [1, 1000000], not 0"),
     (["run", "sherpa", "--seq-lens", "8,x"], "--seq-lens: '8,x' is not"),

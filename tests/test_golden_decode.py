@@ -7,7 +7,15 @@ import numpy as np
 import pytest
 
 from golden.hub.decode import LOGIT_BOUND as BOUND
-from golden.hub.decode import Sequence, TinyModel, decode, decode_study, reference_logits
+from golden.hub.decode import (
+    Sequence,
+    TinyModel,
+    compare,
+    decode,
+    decode_hub,
+    decode_study,
+    reference_logits,
+)
 
 
 @pytest.mark.parametrize("heads", [2, 4], ids=["mha", "gqa"])
@@ -25,6 +33,35 @@ def test_decode_matches_the_float32_reference(heads):
     att = r["programs"]["attention"]
     assert att["steps"] == 2 * (70 + 4)  # one per layer and lock step
     assert att["epu_cycles"] > 0
+
+
+@pytest.mark.parametrize("channels, heads", [(2, 4), (4, 2)], ids=["2ch-gqa", "4ch-mha"])
+def test_head_first_decode_matches_the_float32_reference(channels, heads):
+    """Head-first placement: every (slot, KV head) pair on one channel,
+    round-robin, in every layer; a layer's attention one STEP per channel
+    that holds some of its requests, each with that channel's program.
+    The same bound against float32, the same greedy tokens but at near
+    ties, and each STEP's commands to its channel alone."""
+    model = TinyModel(heads=heads, kv_heads=2)
+    seqs = [Sequence([t % 64 for t in range(1, 40)], 2), Sequence([3, 4], 3),
+            Sequence([5], 2)]  # the third takes the second's slot
+    dec = decode(model, seqs, hub=decode_hub(model, channels=channels), partition="hfp")
+    for q in compare(model, seqs):
+        assert q["max_error"] < BOUND, q["max_error"]
+        for d in q["greedy_differs"]:
+            assert d["reference_gap"] < d["error"], d
+    used = {dec.where(dec.att_req(s, layer, kv)) for s in range(2) for layer in range(2)
+            for kv in range(2)}
+    assert used == set(range(min(channels, 4)))  # 2 slots x 2 KV heads over the channels
+    for s in range(2):  # a pair keeps its channel in every layer
+        for kv in range(2):
+            assert dec.where(dec.att_req(s, 0, kv)) == dec.where(dec.att_req(s, 1, kv))
+    names = [name for name, *_ in dec.steps if name.startswith("attention")]
+    assert set(names) == {f"attention@{c}" for c in used}
+    study = decode_study(model, [3], [1], channels=channels, partition="hfp")
+    assert (study["partition"], study["channels"]) == ("hfp", channels)
+    with pytest.raises(ValueError, match="partition must be one of tcp, hfp"):
+        decode(model, seqs, partition="head")
 
 
 def test_kv_grows_by_chunks_and_slots_are_reused():
@@ -48,7 +85,7 @@ def test_kv_grows_by_chunks_and_slots_are_reused():
     assert set(chunks[1]) == set(chunks[2])  # the same slot's requests
     held = [{c for cs in chunks[q].values() for c in cs} for q in range(3)]
     assert held[2] == held[1] and held[2] <= held[0]
-    assert not dec.alloc.owned
+    assert not any(a.owned for a in dec.allocs)
     assert not any(r.chunks for r in dec.h.requests[dec.slots:])
     for q in seqs:
         ref = reference_logits(model, q.tokens)

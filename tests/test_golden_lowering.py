@@ -81,7 +81,7 @@ def run_attention(hub, layout, lengths, seed=0, stale=True):
     for r in range(len(lengths)):
         base = r * region
         outs.append(np.array([np.concatenate([
-            numerics.bf16_to_float(h.gpr[base + layout.out(q) + w]) for w in range(layout.words)])
+            numerics.bf16_to_float(h.gpr[base + w]) for w in layout.out_words(q)])
             for q in range(layout.group)]))
     return h, outs, refs, step
 
@@ -116,6 +116,82 @@ def test_attention_matches_numpy(case):
     for r, t in enumerate([37, 70]):
         ran = sum(c for req, _, _, c in step.epu_runs if req == r)
         assert ran == attention_epu_cycles(t, n, d_head, group, unroll) > 0, (case, r)
+
+
+HFP_CASES = {  # d_head, channels, home channel, group, unroll
+    "mha-ch0": (32, 2, 0, 1, 1),
+    "gqa-ch1": (32, 2, 1, 2, 1),
+    "d16-unroll2": (16, 2, 1, 2, 2),  # D 1, two score words an iteration
+    "dims-per-bank": (64, 4, 3, 1, 1),  # D 4 on one channel of four
+}
+
+
+@pytest.mark.parametrize("case", HFP_CASES)
+def test_head_first_attention_matches_numpy(case):
+    """Head-first placement (HFP): the KV head on one channel of the module,
+    every command to it alone, its score beats a GPR stride of
+    ``n_channels`` apart, the softmax over them (span ``n_channels``), no
+    reduction; the outputs within the same bound of numpy float32, for 37
+    and 70 tokens over stale rows."""
+    d_head, n, home, group, unroll = HFP_CASES[case]
+    hub = hub_of(n)
+    layout = AttentionLayout(hub, d_head, group=group, max_tokens=96, unroll=unroll,
+                             channel=home)
+    assert layout.hfp and layout.used == 1 and layout.gpr_stride == n
+    prog = layout.program()
+    h, outs, refs, step = run_attention(hub, layout, [37, 70], seed=len(case))
+    for r, (got, want) in enumerate(zip(outs, refs, strict=True)):
+        err = np.abs(got - want).max() / np.abs(want).max()
+        assert err < 2 ** -5, f"{case}: request {r} relative error {err:.4f}"
+    # every command went to the home channel; the others saw nothing
+    for c, stream in enumerate(h.streams):
+        assert bool(stream) == (c == home), (c, len(stream))
+    assert all(e.ch_mask == 1 << home for e in step.emissions)
+    # the K and V words sit in that channel only
+    assert {c for t in range(70) for c, _, _ in layout.key_words(t)} == {home}
+    assert {layout.value_word(t, d)[0] for t in range(70) for d in range(d_head)} == {home}
+    # per query one softmax with span n, and the cycles the lowering lists
+    ops = [(op, f["span"]) for op, f in map(unpack_instruction, prog)
+           if op in (Opcode.EPU_SOFTMAX, Opcode.EPU_REDUCE)]
+    assert ops == [(Opcode.EPU_SOFTMAX, n)] * group
+    for r, t in enumerate([37, 70]):
+        ran = sum(c for req, _, _, c in step.epu_runs if req == r)
+        assert ran == attention_epu_cycles(t, n, d_head, group, unroll, hfp=True) > 0
+    # the result words are the home channel's beats, n apart
+    assert np.diff(layout.out_words(0)).tolist() == [n] * (layout.words - 1)
+    assert layout.out_words(0)[0] % n == home
+
+
+def test_head_first_layouts_of_two_channels_share_a_chunk():
+    """Two HFP requests on different channels may map the same physical
+    chunks: each uses its own channel's part, so they run in turn on one
+    HUB (a program per channel) without touching each other's KV."""
+    hub = hub_of(2)
+    rng = np.random.default_rng(7)
+    h = Hub(hub, strict=True)
+    fill_stale(h, rng)
+    layouts = [AttentionLayout(hub, 32, group=1, max_tokens=96, channel=c) for c in (0, 1)]
+    region = hub.gpr_entries // 2
+    refs = []
+    for r, lay in enumerate(layouts):
+        keys = numerics.float_to_bf16(rng.standard_normal((50, 32)) * 0.5)
+        values = numerics.float_to_bf16(rng.standard_normal((50, 32)))
+        query = numerics.float_to_bf16(rng.standard_normal((1, 32)) * 0.5)
+        assert h.host(HostOp.ASSIGN, r, 50, r * region).code == HostStatus.OK
+        for k in range(-(-50 // lay.tokens_per_chunk)):
+            assert h.host(HostOp.GROW, r, k).code == HostStatus.OK  # the same chunks
+        for w in range(lay.words):
+            h.host(HostOp.GPR_WRITE, arg_a=r * region + lay.query(0) + w,
+                   data=numerics.lanes_to_word(query[0, w * LANES:(w + 1) * LANES]))
+        write_words(h, r, kv_image(lay, keys, values))
+        refs.append(attention_f32(keys, values, query))
+    for r, lay in enumerate(layouts):
+        assert h.load_program(lay.program(), lay.tokens_per_chunk).code == HostStatus.OK
+        assert h.host(HostOp.STEP, data=1 << (1 - r)).code == HostStatus.OK  # the other skipped
+        got = np.concatenate([numerics.bf16_to_float(h.gpr[r * region + w])
+                              for w in lay.out_words(0)])
+        err = np.abs(got - refs[r][0]).max() / np.abs(refs[r][0]).max()
+        assert err < 2 ** -5, (r, err)
 
 
 def test_a_wider_epu_shortens_its_passes_only():
@@ -176,6 +252,12 @@ def test_layout_limits_are_named():
         AttentionLayout(hub_of(2), 32, max_tokens=1 << 20)
     with pytest.raises(ValueError, match="power of two"):
         AttentionLayout(hub_of(3, chunk_bytes=3 * 16 * 2 * CH.cols * 32), 48)
+    with pytest.raises(ValueError, match=r"channel in \[0, 2\) \(head-first placement\), not 2"):
+        AttentionLayout(hub_of(2), 32, channel=2)
+    with pytest.raises(ValueError, match="DYN-MODIs"):  # HFP's SV: a WR-INP per score word
+        AttentionLayout(hub_of(2), 32, group=2, unroll=4, channel=0)
+    # HFP's scores take a GPR stride of n_channels: the region n times TCP's
+    assert AttentionLayout(hub_of(4), 32, max_tokens=96, channel=1).score_region == 4 * 6
 
 
 def test_program_size_is_constant_in_context_length():

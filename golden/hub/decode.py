@@ -150,15 +150,16 @@ class Reference:
         return w["lm_head"] @ rmsnorm(h)
 
 
-def decode_hub(model: TinyModel, slots: int = 2, rows: int = 256) -> HubConfig:
-    """The module the decode runs on: two channels of 16 banks
+def decode_hub(model: TinyModel, slots: int = 2, rows: int = 256,
+               channels: int = 2) -> HubConfig:
+    """The module the decode runs on: ``channels`` channels of 16 banks
     (``small_attention_hub``'s) with ``rows`` rows of 8 words and 1-row
-    chunks (so a KV head's chunk holds 64 tokens at ``d_head`` 32 and
-    short sequences GROW), enough requests, VA2PA entries and GPR for
-    ``slots`` sequences of ``model``."""
-    small = small_attention_hub(2)
+    chunks (so a KV head's chunk holds 64 tokens at ``d_head`` 32 on two
+    channels and short sequences GROW), enough requests, VA2PA entries and
+    GPR for ``slots`` sequences of ``model``."""
+    small = small_attention_hub(channels)
     ch = small.channel.replace(cols=8, rows=rows)
-    base = small.replace(channel=ch, chunk_bytes=2 * LANES * ch.cols * 32)
+    base = small.replace(channel=ch, chunk_bytes=channels * LANES * ch.cols * 32)
     words = -(-sum(FcLayout(base, i, o).va_words for o, i in model.matrices().values())
               // (base.channel.cols * base.chunk_rows))
     return base.replace(requests=slots * (1 + model.layers * model.kv_heads),
@@ -219,19 +220,42 @@ def _ok(rsp) -> None:
         raise RuntimeError(f"host operation refused: {rsp}")
 
 
+#: how attention is placed (``PimDecoder``): token-centric over every
+#: channel, or head-first, each KV head on one channel
+PARTITIONS = ("tcp", "hfp")
+
+
 class PimDecoder:
     """``model`` decoded on the golden module ``hub`` (default
     ``decode_hub``) for up to ``slots`` sequences at once; the KV caches
-    take chunks from the ``kv_chunks`` (default: all) after the weights'."""
+    take chunks from the ``kv_chunks`` (default: all) after the weights'.
+
+    ``partition`` ``tcp``: every KV head over every channel, one attention
+    program. ``hfp``: (slot, KV head) pairs round-robin over the channels
+    (a pair keeps its channel in every layer, as the system model's HFP),
+    a program per channel (``AttentionLayout(channel=c)``), so a layer's
+    attention is a STEP per channel that holds some of its requests, each
+    after the program load; a physical KV chunk serves one request per
+    channel (each uses its channel's part)."""
 
     def __init__(self, model: TinyModel, slots: int = 2, max_tokens: int = 128,
-                 hub: HubConfig | None = None, kv_chunks: int | None = None):
-        self.m, self.slots = model, slots
+                 hub: HubConfig | None = None, kv_chunks: int | None = None,
+                 partition: str = "tcp"):
+        if partition not in PARTITIONS:
+            raise ValueError(f"partition must be one of {', '.join(PARTITIONS)}, "
+                             f"not {partition!r}")
+        self.m, self.slots, self.partition = model, slots, partition
         self.hub = hub or decode_hub(model, slots)
         self.h = RecordingHub(self.hub, strict=True)
         self.w = model.weights()
-        self.att = AttentionLayout(self.hub, model.d_head, group=model.group,
-                                   max_tokens=max_tokens)
+        n = self.hub.n_channels
+        #: the attention layout of each channel (HFP), or the one of every request (TCP)
+        self.layouts = ([AttentionLayout(self.hub, model.d_head, group=model.group,
+                                         max_tokens=max_tokens, channel=c) for c in range(n)]
+                        if partition == "hfp" else
+                        [AttentionLayout(self.hub, model.d_head, group=model.group,
+                                         max_tokens=max_tokens)])
+        self.att = self.layouts[0]
         self.fc_in = max(model.d_model, model.d_ff, model.heads * model.d_head) // LANES
         self.fc: dict[str, FcLayout] = {}
         va = 0
@@ -256,8 +280,10 @@ class PimDecoder:
         if not 1 <= kv_chunks <= free:
             raise ValueError(f"kv_chunks must be in [1, {free}] (the chunks after the "
                              f"weights'), not {kv_chunks}")
-        self.alloc = ChunkAllocator(kv_chunks, self.att.tokens_per_chunk, order=list(
-            range(self.weight_chunks, self.weight_chunks + kv_chunks)))
+        order = list(range(self.weight_chunks, self.weight_chunks + kv_chunks))
+        #: per layout (HFP: per channel) the chunks its requests hold
+        self.allocs = [ChunkAllocator(kv_chunks, lay.tokens_per_chunk, order=list(order))
+                       for lay in self.layouts]
         for s in range(slots):  # the FC requests: every slot maps the weights
             _ok(self.h.host(HostOp.ASSIGN, s, 0, s * self.fc_words))
             for c in range(self.weight_chunks):
@@ -273,10 +299,26 @@ class PimDecoder:
         self.loaded: str | None = None
         #: per STEP: (program, requests run, channel commands, EPU cycles)
         self.steps: list[tuple[str, int, int, int]] = []
+        #: per lock step (a token of every active sequence): its first host call
+        self.step_calls: list[int] = []
 
     # ---- requests ------------------------------------------------------------
     def att_req(self, slot: int, layer: int, kv: int) -> int:
         return self.slots + (slot * self.m.layers + layer) * self.m.kv_heads + kv
+
+    def where(self, req: int) -> int:
+        """The layout (HFP: the channel) of attention request ``req``: its
+        (slot, KV head) pair round-robin over the channels."""
+        if self.partition == "tcp":
+            return 0
+        slot, rest = divmod(req - self.slots, self.m.layers * self.m.kv_heads)
+        return (slot * self.m.kv_heads + rest % self.m.kv_heads) % self.hub.n_channels
+
+    def layout(self, req: int) -> AttentionLayout:
+        return self.layouts[self.where(req)]
+
+    def alloc(self, req: int) -> ChunkAllocator:
+        return self.allocs[self.where(req)]
 
     def att_base(self, req: int) -> int:
         return self.slots * self.fc_words + (req - self.slots) * self.att.gpr_words
@@ -288,7 +330,7 @@ class PimDecoder:
             for kv in range(self.m.kv_heads):
                 req = self.att_req(slot, layer, kv)
                 _ok(self.h.host(HostOp.ASSIGN, req, 1, self.att_base(req)))
-                self.alloc.assign(req, 0)
+                self.alloc(req).assign(req, 0)
 
     def finish(self, slot: int) -> None:
         self.active[slot] = None
@@ -296,15 +338,17 @@ class PimDecoder:
                 for kv in range(self.m.kv_heads)}
         for req in sorted(reqs):
             _ok(self.h.host(HostOp.RELEASE, req))
-            self.alloc.release(req)
+            self.alloc(req).release(req)
         self.v_words = {k: v for k, v in self.v_words.items() if k[0] not in reqs}
 
     # ---- programs --------------------------------------------------------------
     def run(self, name: str, reqs: list[int]) -> None:
-        """STEP program ``name`` (an FC matrix or "attention") for ``reqs``."""
+        """STEP program ``name`` (an FC matrix, "attention", or under HFP
+        "attention@c", channel ``c``'s) for ``reqs``."""
         if self.loaded != name:
-            if name == "attention":
-                prog, tpc = self.att.program(), self.att.tokens_per_chunk
+            if name.startswith("attention"):
+                lay = self.layouts[int(name.partition("@")[2] or 0)]
+                prog, tpc = lay.program(), lay.tokens_per_chunk
             else:
                 prog, tpc = self.fc[name].program(), FC_TOKENS_PER_CHUNK
             _ok(self.h.load_program(prog, tpc))
@@ -324,8 +368,22 @@ class PimDecoder:
                             data=numerics.lanes_to_word(bits[w * LANES:(w + 1) * LANES])))
 
     def gpr_out(self, base: int, n: int) -> np.ndarray:
+        return self.gpr_words_out([base + w for w in range(n // LANES)])
+
+    def gpr_words_out(self, words: list[int]) -> np.ndarray:
         return _f32(np.concatenate([numerics.words_to_lanes(
-            self.h.host(HostOp.GPR_READ, arg_a=base + w).data) for w in range(n // LANES)]))
+            self.h.host(HostOp.GPR_READ, arg_a=w).data) for w in words]))
+
+    def attention(self, reqs: list[int]) -> None:
+        """STEP a layer's attention requests: one program (TCP), or a STEP
+        per channel that holds some of them (HFP)."""
+        if self.partition == "tcp":
+            self.run("attention", reqs)
+            return
+        for c in range(self.hub.n_channels):
+            mine = [r for r in reqs if self.where(r) == c]
+            if mine:
+                self.run(f"attention@{c}", mine)
 
     def fc_step(self, name: str, slots: list[int], xs: dict[int, np.ndarray]) -> dict:
         for s in slots:
@@ -336,7 +394,8 @@ class PimDecoder:
 
     # ---- one token of every active sequence -----------------------------------------
     def step(self) -> None:
-        m, dh, att = self.m, self.m.d_head, self.att
+        m, dh = self.m, self.m.d_head
+        self.step_calls.append(len(self.h.calls))
         slots = [s for s, q in enumerate(self.active) if q is not None]
         h = {}
         for s in slots:
@@ -352,7 +411,8 @@ class PimDecoder:
                 for kv in range(m.kv_heads):
                     req = self.att_req(s, layer, kv)
                     reqs.append(req)
-                    for c in self.alloc.grow(req, t + 1):
+                    att = self.layout(req)
+                    for c in self.alloc(req).grow(req, t + 1):
                         _ok(self.h.host(HostOp.GROW, req, c))
                         self.grants.append((self.seq_of[s], req, c))
                     k_at = y + (m.heads + kv) * dh // LANES
@@ -366,11 +426,10 @@ class PimDecoder:
                         write_words(self.h, req, {(c, b, va): word})
                     q = qkv[s][kv * m.group * dh:(kv + 1) * m.group * dh]
                     self.gpr_in(self.att_base(req) + att.query(0), q)
-            self.run("attention", reqs)
+            self.attention(reqs)
             xs = {}
             for s in slots:
-                xs[s] = np.concatenate([self.gpr_out(self.att_base(self.att_req(s, layer, kv))
-                                                     + att.out(0), m.group * dh)
+                xs[s] = np.concatenate([self._attention_out(self.att_req(s, layer, kv))
                                         for kv in range(m.kv_heads)])
             o = self.fc_step(f"L{layer}.o", slots, xs)
             for s in slots:
@@ -385,12 +444,19 @@ class PimDecoder:
             self.active[s].logits.append(logits[s])
 
 
+    def _attention_out(self, req: int) -> np.ndarray:
+        """Request ``req``'s attention output, its group's query heads in turn."""
+        lay, base = self.layout(req), self.att_base(req)
+        return self.gpr_words_out([base + w for q in range(self.m.group)
+                                   for w in lay.out_words(q)])
+
+
 def decode(model: TinyModel, sequences: list[Sequence], slots: int = 2,
            max_tokens: int = 128, kv_chunks: int | None = None,
-           hub: HubConfig | None = None) -> PimDecoder:
+           hub: HubConfig | None = None, partition: str = "tcp") -> PimDecoder:
     """Decode ``sequences`` on the golden module, ``slots`` at a time in
     lock step; a finished sequence's slot goes to the next waiting one
-    (``PimDecoder`` for ``kv_chunks`` and ``hub``)."""
+    (``PimDecoder`` for ``kv_chunks``, ``hub`` and ``partition``)."""
     for i, q in enumerate(sequences):
         if not q.prompt or q.new_tokens < 0:
             raise ValueError(f"sequence {i}: a prompt of at least one token and new_tokens "
@@ -402,7 +468,8 @@ def decode(model: TinyModel, sequences: list[Sequence], slots: int = 2,
     longest = max(len(q.prompt) + q.new_tokens for q in sequences)
     if longest > max_tokens:
         raise ValueError(f"a sequence of {longest} tokens exceeds max_tokens={max_tokens}")
-    dec = PimDecoder(model, slots, max_tokens, hub=hub, kv_chunks=kv_chunks)
+    dec = PimDecoder(model, slots, max_tokens, hub=hub, kv_chunks=kv_chunks,
+                     partition=partition)
     waiting = deque(sequences)
     while waiting or any(dec.active):
         for s in range(slots):
@@ -455,24 +522,46 @@ def compare(model: TinyModel, sequences: list[Sequence]) -> list[dict]:
     return rows
 
 
+def decode_run(model: TinyModel, prompt_lengths: list[int], new_tokens: list[int],
+               slots: int = 2, seed: int = 0, max_tokens: int = 128,
+               kv_chunks: int | None = None, channels: int = 2, partition: str = "tcp",
+               policy: str | None = None) -> tuple[PimDecoder, list[Sequence]]:
+    """Decode ``random_sequences`` on the golden module: ``decode_hub`` with
+    ``channels`` channels (their controller ``policy``; None: its default),
+    attention placed by ``partition``."""
+    seqs = random_sequences(model, prompt_lengths, new_tokens, seed)
+    hub = decode_hub(model, slots, channels=channels)
+    if policy is not None:
+        hub = hub.replace(channel=hub.channel.replace(policy=policy))
+    return decode(model, seqs, slots, max_tokens, kv_chunks, hub=hub,
+                  partition=partition), seqs
+
+
 def decode_study(model: TinyModel, prompt_lengths: list[int], new_tokens: list[int],
                  slots: int = 2, seed: int = 0, max_tokens: int = 128,
-                 kv_chunks: int | None = None) -> dict:
-    """Decode ``random_sequences`` on the golden module and ``compare``
-    them with the float32 reference; with the programs' totals (STEPs,
-    requests run, channel commands, EPU cycles)."""
-    seqs = random_sequences(model, prompt_lengths, new_tokens, seed)
-    dec = decode(model, seqs, slots, max_tokens, kv_chunks)
+                 kv_chunks: int | None = None, channels: int = 2,
+                 partition: str = "tcp") -> dict:
+    """``decode_run``, its sequences ``compare``d with the float32 reference
+    (``decode_summary``)."""
+    return decode_summary(*decode_run(model, prompt_lengths, new_tokens, slots, seed,
+                                      max_tokens, kv_chunks, channels, partition))
+
+
+def decode_summary(dec: PimDecoder, seqs: list[Sequence]) -> dict:
+    """A decode's sequences against the float32 reference, with the
+    programs' totals (STEPs, requests run, channel commands, EPU cycles)."""
+    model, slots = dec.m, dec.slots
     rows = compare(model, seqs)
     by = {}
     for name, reqs, cmds, epu_cycles in dec.steps:
-        kind = "attention" if name == "attention" else "fc"
+        kind = "attention" if name.startswith("attention") else "fc"
         row = by.setdefault(kind, dict.fromkeys(("steps", "requests", "commands",
                                                  "epu_cycles"), 0))
         for key, v in zip(("steps", "requests", "commands", "epu_cycles"),
                           (1, reqs, cmds, epu_cycles), strict=True):
             row[key] += v
     return {"model": {k: getattr(model, k) for k in model.__dataclass_fields__},
-            "slots": slots, "hub": dec.hub.describe(),
+            "slots": slots, "channels": dec.hub.n_channels, "partition": dec.partition,
+            "policy": dec.hub.channel.policy, "hub": dec.hub.describe(),
             "tokens_per_chunk": dec.att.tokens_per_chunk, "weight_chunks": dec.weight_chunks,
             "sequences": rows, "programs": by}

@@ -58,20 +58,26 @@ def _checked(prog: list[int], hub: HubConfig, what: str) -> list[int]:
     return prog
 
 
-def attention_epu_ops(n_channels: int, d_head: int, group: int, unroll: int = 1
-                      ) -> list[tuple[Opcode, int, int]]:
+def attention_epu_ops(n_channels: int, d_head: int, group: int, unroll: int = 1,
+                      hfp: bool = False) -> list[tuple[Opcode, int, int]]:
     """The EPU instructions of the attention program, ``(opcode, op_size,
     span)``: per query head a softmax padded to the ``unroll x n_channels``
     score words an SV iteration reads, then one reduction of the ``group x
     d_head / 16`` result words over the ``G`` token groups' partial sums
-    (``AttentionLayout``; its program is built from this list)."""
+    (``AttentionLayout``; its program is built from this list). ``hfp``
+    (head-first, one channel of the ``n_channels``): per query head a
+    softmax over its channel's score words, every ``n_channels``-th GPR
+    word, padded to ``unroll`` words; no reduction (one channel's partial
+    sums are the result)."""
+    if hfp:
+        return [(Opcode.EPU_SOFTMAX, unroll, n_channels)] * group
     groups = max(1, LANES * n_channels // d_head)
     return [(Opcode.EPU_SOFTMAX, unroll * n_channels, 1)] * group + [
         (Opcode.EPU_REDUCE, group * d_head // LANES, groups)]
 
 
 def attention_epu_cycles(tokens, n_channels: int, d_head: int, group: int, unroll: int = 1,
-                         words_per_cycle: int = 1):
+                         words_per_cycle: int = 1, hfp: bool = False):
     """EPU cycles of one KV head's attention at T_cur ``tokens`` (an integer
     or an array): ``golden.hub.epu``'s timing of ``attention_epu_ops``, on
     an EPU reading ``words_per_cycle`` GPR words a cycle (the module's: 1).
@@ -79,7 +85,7 @@ def attention_epu_cycles(tokens, n_channels: int, d_head: int, group: int, unrol
     from golden.hub import epu
 
     total = np.zeros(np.shape(tokens), np.int64)
-    for op, op_size, span in attention_epu_ops(n_channels, d_head, group, unroll):
+    for op, op_size, span in attention_epu_ops(n_channels, d_head, group, unroll, hfp):
         if op == Opcode.EPU_SOFTMAX:  # nothing to do at T_cur 0
             total = total + epu.softmax_cycles(tokens, op_size, words_per_cycle)
         else:  # the decoder runs a reduction at any T_cur
@@ -88,14 +94,14 @@ def attention_epu_cycles(tokens, n_channels: int, d_head: int, group: int, unrol
 
 
 def attention_epu_op_counts(tokens, n_channels: int, d_head: int, group: int,
-                            unroll: int = 1) -> dict:
+                            unroll: int = 1, hfp: bool = False) -> dict:
     """The EPU datapath's operations (``golden.hub.epu.OPS``) of one KV
     head's attention at T_cur ``tokens`` (an integer or an array), the
     instructions of ``attention_epu_ops``: the system model's EPU energy."""
     from golden.hub import epu
 
     total = dict.fromkeys(epu.OPS, np.zeros(np.shape(tokens), np.int64))
-    for op, op_size, span in attention_epu_ops(n_channels, d_head, group, unroll):
+    for op, op_size, span in attention_epu_ops(n_channels, d_head, group, unroll, hfp):
         ops = (epu.softmax_ops(tokens) if op == Opcode.EPU_SOFTMAX
                else epu.reduce_ops(op_size, span))
         total = {k: total[k] + ops[k] for k in epu.OPS}
@@ -107,17 +113,22 @@ class AttentionLayout:
     """The placement and GPR layout of one KV head's attention on ``hub``
     (module: ``n_channels`` channels of 16 banks) for contexts up to
     ``max_tokens``; ``group`` query heads share the KV head; ``unroll``
-    key slots per loop iteration."""
+    key slots per loop iteration. ``channel`` None is token-centric
+    placement over every channel (TCP); a channel index is head-first
+    placement (HFP): the KV head on that channel alone (``used``: 1
+    channel), its RD-OUT beats in every ``n_channels``-th GPR word
+    (``hfp_program``)."""
 
     hub: HubConfig
     d_head: int
     group: int = 1
     max_tokens: int = 1024
     unroll: int = 1
+    channel: int | None = None
 
     def __post_init__(self):
         hub, cfg = self.hub, self.hub.channel
-        n, d = hub.n_channels, self.d_head
+        n, d = self.used, self.d_head
         need = []
         if cfg.banks != LANES:
             need.append(f"{LANES} banks per channel (a score word is one RD-OUT beat), "
@@ -128,15 +139,21 @@ class AttentionLayout:
             need.append(f"d_head ({d}) dividing or a multiple of 16 x {n} channels")
         if self.group < 1 or self.unroll < 1 or self.max_tokens < 1:
             need.append("group, unroll and max_tokens >= 1")
+        if self.channel is not None and not 0 <= self.channel < hub.n_channels:
+            need.append(f"channel in [0, {hub.n_channels}) (head-first placement), "
+                        f"not {self.channel}")
         if need:
             raise ValueError("attention lowering needs " + "; ".join(need))
         u, g = self.unroll, self.group
         if (u * n) & (u * n - 1) or (u * n) % self.token_groups:
             raise ValueError(f"unroll x channels ({u * n}) must be a power of two divisible "
                              f"by the {self.token_groups} token groups")
+        # SV's loop body: per query, the token groups' WR-INPs (HFP: one per
+        # score word, the words being a GPR stride apart) and a MAC per OBuf entry
+        sv_writes = self.chunks if self.hfp else self.token_groups
         limits = [("GBuf entries", max(g * self.words, g * self.chunks), cfg.gbuf_entries),
                   ("OBuf entries", max(u * g, g * self.dims_per_bank), cfg.obuf_entries),
-                  ("DYN-MODIs", max(2 * u * g, g * (self.token_groups + self.dims_per_bank)),
+                  ("DYN-MODIs", max(2 * u * g, g * (sv_writes + self.dims_per_bank)),
                    hub.max_modis),
                   ("GPR entries", self.gpr_words, hub.gpr_entries)]
         over = [f"{name}: {want} > {have}" for name, want, have in limits if want > have]
@@ -149,6 +166,16 @@ class AttentionLayout:
 
     # ---- sizes -------------------------------------------------------------
     @property
+    def hfp(self) -> bool:
+        """Head-first placement: the KV head on ``channel`` alone."""
+        return self.channel is not None
+
+    @property
+    def used(self) -> int:
+        """Channels the placement spreads a KV head over (HFP: 1)."""
+        return 1 if self.hfp else self.hub.n_channels
+
+    @property
     def words(self) -> int:
         """Words of a key (and of a query)."""
         return self.d_head // LANES
@@ -156,21 +183,21 @@ class AttentionLayout:
     @property
     def token_groups(self) -> int:
         """G: channel groups that split an SV iteration's tokens."""
-        return max(1, LANES * self.hub.n_channels // self.d_head)
+        return max(1, LANES * self.used // self.d_head)
 
     @property
     def dims_per_bank(self) -> int:
         """D: dimensions (OBuf entries) per bank in SV."""
-        return max(1, self.d_head // (LANES * self.hub.n_channels))
+        return max(1, self.d_head // (LANES * self.used))
 
     @property
     def chunks(self) -> int:
         """U: score words a token group gets an iteration."""
-        return self.unroll * self.hub.n_channels // self.token_groups
+        return self.unroll * self.used // self.token_groups
 
     @property
     def tokens_per_iteration(self) -> int:
-        return self.unroll * self.hub.n_channels * LANES
+        return self.unroll * self.used * LANES
 
     @property
     def stride(self) -> int:
@@ -186,9 +213,21 @@ class AttentionLayout:
     @property
     def score_region(self) -> int:
         """GPR words of one query's scores: ``max_tokens`` rounded up to an
-        iteration."""
+        iteration (HFP: each score word ``n_channels`` GPR words apart)."""
         it = self.tokens_per_iteration
-        return -(-self.max_tokens // it) * it // LANES
+        return -(-self.max_tokens // it) * it // LANES * self.gpr_stride
+
+    @property
+    def gpr_stride(self) -> int:
+        """GPR words between two of a query's score words: 1, or under HFP
+        ``n_channels`` (an RD-OUT beat of channel ``c`` lands at ``gpr +
+        u n + c``)."""
+        return self.hub.n_channels if self.hfp else 1
+
+    @property
+    def home(self) -> int:
+        """The GPR offset of the placement's RD-OUT beats (HFP: its channel)."""
+        return self.channel if self.hfp else 0
 
     # ---- the GPR layout (relative to the request's base) ---------------------
     def query(self, q: int) -> int:
@@ -203,15 +242,33 @@ class AttentionLayout:
         return self.scores(self.group)
 
     def out(self, q: int) -> int:
+        """First GPR word of query ``q``'s result (TCP: ``words`` words from
+        it; HFP: ``out_words``)."""
+        if self.hfp:
+            return self.out_words(q)[0]
         return self.partials + self.group * self.dims_per_bank * self.hub.n_channels \
             + q * self.words
 
+    def out_words(self, q: int) -> list[int]:
+        """The GPR words of query ``q``'s result, dimensions 16 i to 16 i +
+        15 in word ``i``: contiguous after the TCP reduction; under HFP its
+        channel's RD-OUT beats of OBuf entries ``q D .. q D + D - 1``."""
+        if self.hfp:
+            d = self.dims_per_bank
+            return [self.partials + (q * d + i) * self.hub.n_channels + self.channel
+                    for i in range(self.words)]
+        return [self.out(q) + w for w in range(self.words)]
+
     @property
     def gpr_words(self) -> int:
+        if self.hfp:
+            return self.partials + self.group * self.dims_per_bank * self.hub.n_channels
         return self.out(self.group)
 
     # ---- the program -----------------------------------------------------------
     def program(self) -> list[int]:
+        if self.hfp:
+            return self.hfp_program()
         hub, n, u, g = self.hub, self.hub.n_channels, self.unroll, self.group
         w, G, D, U, S = self.words, self.token_groups, self.dims_per_bank, self.chunks, \
             self.stride
@@ -249,6 +306,49 @@ class AttentionLayout:
                           dst_addr=self.out(0), span=red_span))
         return _checked(prog, hub, self.describe())
 
+    def hfp_program(self) -> list[int]:
+        """Head-first placement: every command to ``channel`` alone. QK^T
+        as under TCP on one channel, its score beats ``n_channels`` GPR
+        words apart; per query a softmax over them (span ``n_channels``),
+        padded to the ``unroll`` words an SV iteration reads; SV writes the
+        probability words to GBuf one by one (a WR-INP reads consecutive
+        GPR words, these are a stride apart) and MACs them into ``D`` OBuf
+        entries per query; one RD-OUT of the results, no reduction."""
+        hub, n, u, g = self.hub, self.hub.n_channels, self.unroll, self.group
+        w, D, S = self.words, self.dims_per_bank, self.stride
+        mask = 1 << self.channel
+        prog = [instr(Opcode.WR_INP, ch_mask=mask, op_size=g * w, gpr_addr=self.query(0),
+                      gbuf_idx=0)]
+        body, strides = [], []
+        for k in range(u):  # QK^T: each query over slot k's open row
+            for q in range(g):
+                o = k * g + q
+                body.append(instr(Opcode.MAC, ch_mask=mask, op_size=w, col=k * w,
+                                  gbuf_idx=q * w, out_idx=o))
+                body.append(instr(Opcode.RD_OUT, ch_mask=mask, op_size=1,
+                                  gpr_addr=self.scores(q) + k * n, out_idx=o))
+                strides += [(ModiField.COL, S), (ModiField.GPR_ADDR, u * n)]
+        prog += self._loop(body, strides)
+        prog += [instr(Opcode.EPU_SOFTMAX, op_size=size, gpr_addr=self.scores(q) + self.home,
+                       span=span)
+                 for q, (_, size, span) in enumerate(
+                     attention_epu_ops(n, self.d_head, g, u, hfp=True))]
+        body, strides = [], []
+        for q in range(g):  # SV: the iteration's u probability words, then the MACs
+            for k in range(u):
+                body.append(instr(Opcode.WR_INP, ch_mask=mask, op_size=1,
+                                  gpr_addr=self.scores(q) + self.home + k * n,
+                                  gbuf_idx=q * u + k))
+                strides.append((ModiField.GPR_ADDR, u * n))
+            for d in range(D):
+                body.append(instr(Opcode.MAC, ch_mask=mask, op_size=u, col=u * w + d * u,
+                                  gbuf_idx=q * u, out_idx=q * D + d))
+                strides.append((ModiField.COL, S))
+        prog += self._loop(body, strides)
+        prog.append(instr(Opcode.RD_OUT, ch_mask=mask, op_size=g * D, gpr_addr=self.partials,
+                          out_idx=0))
+        return _checked(prog, hub, self.describe())
+
     def _loop(self, body: list[int], strides: list[tuple[ModiField, int]]) -> list[int]:
         """A DYN-LOOP over an iteration's tokens: one DYN-MODI per word of
         ``body`` (``strides``: its field and stride), then ``body``."""
@@ -260,27 +360,29 @@ class AttentionLayout:
     # ---- placement -----------------------------------------------------------------
     def key_words(self, token: int) -> list[tuple[int, int, int]]:
         """(channel, bank, virtual word address) of each word of key ``token``."""
-        n = self.hub.n_channels
+        n = self.used
         s = token // (LANES * n)
-        c, b = (token // LANES) % n, token % LANES
+        c, b = (token // LANES) % n + self.home, token % LANES
         base = s // self.unroll * self.stride + s % self.unroll * self.words
         return [(c, b, base + w) for w in range(self.words)]
 
     def value_word(self, token: int, dim: int) -> tuple[int, int, int, int]:
         """(channel, bank, virtual word address, lane) of element ``dim`` of
         value ``token``."""
-        n, G, U = self.hub.n_channels, self.token_groups, self.chunks
+        n, G, U = self.used, self.token_groups, self.chunks
         chunk = token // LANES
         i, r = divmod(chunk, self.unroll * n)
         grp, j = divmod(r, U)
         blocks = n // G
         d, blk = divmod(dim // LANES, blocks)
-        c, b = blk * G + grp, dim % LANES
+        c, b = blk * G + grp + self.home, dim % LANES
         return c, b, i * self.stride + self.unroll * self.words + d * U + j, token % LANES
 
     def describe(self) -> str:
+        where = (f"channel {self.channel} of {self.hub.n_channels} (HFP)" if self.hfp
+                 else f"{self.hub.n_channels} channels")
         return (f"attention d_head={self.d_head} group={self.group} unroll={self.unroll} "
-                f"max_tokens={self.max_tokens} on {self.hub.n_channels} channels")
+                f"max_tokens={self.max_tokens} on {where}")
 
 
 @dataclass(frozen=True)
