@@ -568,12 +568,14 @@ def _attention_program(args) -> int:
 
 
 def cmd_sherpa(args) -> int:
+    from golden.system.reference import SherpaHost
     from golden.system.sherpa_study import SEQ_LENS, SPLIT_BYTES, sherpa_study
 
     split = SPLIT_BYTES if args.split_bytes is None else args.split_bytes
     seq_lens = SEQ_LENS if args.seq_lens is None else _int_list(args.seq_lens, "--seq-lens", 1,
                                                                    1 << 17)
-    _emit(sherpa_study(seq_lens=seq_lens, split_bytes=split), args.json)
+    host = SherpaHost(copy=args.copy, flop=args.flop)
+    _emit(sherpa_study(seq_lens=seq_lens, host=host, split_bytes=split), args.json)
     return 0
 
 
@@ -662,7 +664,7 @@ STUDY_OPTIONS = {
     "dpa-program-size": {"d_head", "json"},
     "dpa-capacity": {"chunk_bytes", "json", "requests", "seed"},
     "epu-accuracy": {"json", "seed"},
-    "sherpa": {"json", "seq_lens", "split_bytes"},
+    "sherpa": {"copy", "flop", "json", "seq_lens", "split_bytes"},
     "hetero-training": {"csv", "json", "offload_fraction", "plot", "set", "steps",
                         "workloads"},
     "jitq": {"json", "models", "set"},
@@ -789,6 +791,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--split-bytes", type=_int_in(LIMITS["split_bytes_min"], 1 << 40),
                    default=None,
                    help="sherpa: copy piece size of balanced DDB (default 1 MB)")
+    s.add_argument("--copy", choices=["measured", "table"], default="measured",
+                   help="sherpa: a swizzled copy at the measured rate (4 t: a non-cacheable "
+                        "source at half a cacheable copy's speed) or Table 2's three "
+                        "transactions (3 t)")
+    s.add_argument("--flop", choices=["host", "table"], default="host",
+                   help="sherpa: a GEMM's FLOP per byte, the host's (4.70) or Table 2's (4)")
     s.add_argument("--workloads", default=None,
                    help="hetero-training: workloads (comma-separated; default: all)")
     s.add_argument("--steps", type=_int_in(1, LIMITS["steps"]), default=4,

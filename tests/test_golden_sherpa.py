@@ -65,8 +65,8 @@ def test_padding():
     amap = AddressMap(Geometry())  # 4 channels x 16 banks
     lm = PimAwareLayout(amap, 128256, 2048)  # Llama 3.2 vocabulary x hidden
     assert lm.n_out_padded == 128512 and lm.padding_bytes == 256 * 2048 * 2
-    kv = PimAwareLayout(amap, 768, 3072)  # Llama 3.2 3B K/V: a quarter of Q
-    assert kv.n_out_padded == 1024
+    kv = PimAwareLayout(amap, 768, 3072)  # 768 rows pad to 2 x 64 banks x 8 registers
+    assert kv.n_out_padded == 1024 and kv.padding_bytes == 256 * 3072 * 2
     assert PimAwareLayout(amap, 2048, 2048).padding_bytes == 0
 
 

@@ -170,17 +170,51 @@ CHUNK_BYTES = 1 << 20
 # ---- PIM-SHERPA (REFERENCE.md) ---------------------------------------------
 
 
+#: How a swizzled copy is timed (``SherpaHost.copy``) and which FLOP/B a
+#: GEMM uses (``SherpaHost.flop``).
+SHERPA_COPY_MODELS = ("measured", "table")
+SHERPA_FLOP_MODELS = ("host", "table")
+
+
 @dataclass(frozen=True)
 class SherpaHost:
-    """The on-device host of REFERENCE.md (Exynos 2400 + LPDDR5X-8533)."""
+    """The on-device host of REFERENCE.md (Exynos 2400 + LPDDR5X-8533).
+
+    A swizzled copy from the non-cacheable region (``copy_factor`` times a
+    matrix's read time ``t``): ``measured``, a cacheable-to-cacheable copy
+    (its read and its write at the DRAM's bandwidth, ``2 t``) slowed by
+    ``nc_copy_slowdown`` (REFERENCE.md: copies from the non-cacheable
+    region run at about half that speed): ``4 t``, a quarter of the
+    bandwidth in bytes copied; ``table``, Table 2's three DRAM transactions
+    (read the source, read the destination line, write it back): ``3 t``.
+    A GEMM's FLOP per byte (``flop_per_byte``): ``host``, the host's own
+    321 GFLOPS over 68.264 GB/s (4.70); ``table``, Table 2's 4 (its GEMM
+    time grows with SL beyond 4 tokens)."""
 
     gflops: float = 321.0  # BF16 GEMM on 4 cores
     bandwidth_gbs: float = 68.264  # four LPDDR5X channels
     copy_transactions: int = 3  # online rearrangement: read NC, read dst, write back
+    nc_copy_slowdown: float = 2.0  # a non-cacheable source copies at half the speed
+    copy: str = "measured"
+    flop: str = "host"
+
+    def __post_init__(self):
+        for name, value, known in (("copy", self.copy, SHERPA_COPY_MODELS),
+                                   ("flop", self.flop, SHERPA_FLOP_MODELS)):
+            if value not in known:
+                raise ValueError(f"sherpa {name} model must be one of {', '.join(known)}, "
+                                 f"not {value!r}")
 
     @property
     def flop_per_byte(self) -> float:
-        return self.gflops / self.bandwidth_gbs
+        return 4.0 if self.flop == "table" else self.gflops / self.bandwidth_gbs
+
+    @property
+    def copy_factor(self) -> float:
+        """A swizzled copy's time over the matrix's read time ``t``."""
+        if self.copy == "table":
+            return float(self.copy_transactions)
+        return 2.0 * self.nc_copy_slowdown
 
 
 SHERPA_HOST = SherpaHost()
@@ -189,8 +223,10 @@ SHERPA_HOST = SherpaHost()
 @dataclass(frozen=True)
 class SherpaModel:
     """Decoder shapes. Llama 3.2 1B and 3B as REFERENCE.md gives them
-    (hidden, FFN; K/V one quarter of Q); layers, vocabulary and the other
-    two models from their public configurations."""
+    (hidden, FFN); K/V, layers, vocabulary and the other two models from
+    their public configurations (Hugging Face ``config.json``): Llama 3.2
+    has 8 KV heads, of 64 (1B: K/V a quarter of Q, as REFERENCE.md says)
+    and of 128 (3B: 1,024 K/V rows, a third of Q)."""
 
     name: str
     hidden: int
@@ -211,7 +247,7 @@ class SherpaModel:
 
 SHERPA_MODELS = {m.name: m for m in [
     SherpaModel("Llama3.2-1B", 2048, 16, 8192, 2048, 512, 128256, True),
-    SherpaModel("Llama3.2-3B", 3072, 28, 8192, 3072, 768, 128256, True),
+    SherpaModel("Llama3.2-3B", 3072, 28, 8192, 3072, 1024, 128256, True),
     SherpaModel("Qwen3-8B", 4096, 36, 12288, 4096, 1024, 151936, False),
     SherpaModel("Gemma3-27B", 5376, 62, 21504, 4096, 2048, 262144, True),
 ]}

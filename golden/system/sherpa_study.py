@@ -40,7 +40,7 @@ method and left out.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from golden.system.reference import (
     SHERPA_HOST,
@@ -76,7 +76,28 @@ def gemm_time(nbytes: int, seq_len: int, host: SherpaHost = SHERPA_HOST) -> floa
 
 
 def copy_time(nbytes: int, host: SherpaHost = SHERPA_HOST) -> float:
-    return host.copy_transactions * read_time(nbytes, host)
+    return host.copy_factor * read_time(nbytes, host)
+
+
+#: The input lengths of the latency table (``latency_table``).
+TABLE_SEQ_LENS = (1, 2, 4, 8, 12, 16, 32, 64)
+
+
+def latency_table(seq_lens=TABLE_SEQ_LENS, host: SherpaHost = SHERPA_HOST) -> list[dict]:
+    """REFERENCE.md's latency model (the paper's Table 2) in units of ``t``,
+    one matrix's read time: a GEMM over SL tokens ``max(1, SL / FLOP-per-
+    byte) t``, an online rearrangement ``3 t``; serial execution the sum,
+    overlapped the maximum; and the overlap's saving. With ``host.flop``
+    ``table`` (FLOP/B 4) this is the table as REFERENCE.md states it; with
+    the host's own 4.70 beside it."""
+    rows = []
+    for sl in seq_lens:
+        gemm = max(1.0, sl / host.flop_per_byte)
+        copy = float(host.copy_transactions)
+        rows.append({"seq_len": sl, "gemm_t": round(gemm, 4), "rearrange_t": copy,
+                     "serial_t": round(gemm + copy, 4), "overlapped_t": round(max(gemm, copy), 4),
+                     "overlapped_over_serial": round(max(gemm, copy) / (gemm + copy), 4)})
+    return rows
 
 
 def attention_time(model: SherpaModel, seq_len: int, host: SherpaHost = SHERPA_HOST) -> float:
@@ -187,8 +208,11 @@ def capacity(model: SherpaModel, geometry: Geometry | None = None, out_regs: int
     activations are the same for all and not counted). The FC weights and
     the LM head live once in the PIM-aware layout (padded); tied
     embeddings are looked up from the LM head's copy, untied ones are an
-    extra host-friendly table; duplication adds a host-friendly copy of
-    the FC weights, OWR one buffer of the largest matrix, DDB two."""
+    extra host-friendly table. Duplication holds the whole model in both
+    layouts: the host-only model (the FC weights, the LM head and any
+    untied embedding, host-friendly) beside the PIM-aware FC weights and
+    LM head. OWR adds one buffer of the largest matrix to the PIM-aware
+    copy, DDB two."""
     banks = (geometry or Geometry()).total_banks
     fc = fc_pim = 0
     for _, n_out, n_in in model.matrices():
@@ -202,7 +226,7 @@ def capacity(model: SherpaModel, geometry: Geometry | None = None, out_regs: int
     common = fc_pim + head_pim + embed
     big = largest_matrix_bytes(model)
     host_only = fc + head + embed
-    methods = {"duplication": common + fc, "remap": common, "owr": common + big,
+    methods = {"duplication": common + fc + head, "remap": common, "owr": common + big,
                "ddb": common + 2 * big, "ddb-balanced": common + 2 * big}
     return {
         "model": model.name,
@@ -216,7 +240,8 @@ def capacity(model: SherpaModel, geometry: Geometry | None = None, out_regs: int
 
 def sherpa_study(seq_lens=SEQ_LENS, host: SherpaHost = SHERPA_HOST,
                  split_bytes: int = SPLIT_BYTES) -> dict:
-    """``pimorch run sherpa``: TTFT against input length per method for
+    """``pimorch run sherpa``: the latency table (Table 2's model, with
+    FLOP/B 4 and with the host's), TTFT against input length per method for
     the latency models, capacity per method for every model."""
     latency = []
     for name in SHERPA_LATENCY_MODELS:
@@ -235,8 +260,12 @@ def sherpa_study(seq_lens=SEQ_LENS, host: SherpaHost = SHERPA_HOST,
                         "ddb_hides_copies_from": hide_point(model, seq_lens, host, split_bytes)})
     return {
         "host": {"gflops": host.gflops, "bandwidth_gbs": host.bandwidth_gbs,
-                 "flop_per_byte": round(host.flop_per_byte, 3),
-                 "copy_transactions": host.copy_transactions},
+                 "flop": host.flop, "flop_per_byte": round(host.flop_per_byte, 3),
+                 "copy": host.copy, "copy_factor": host.copy_factor,
+                 "copy_transactions": host.copy_transactions,
+                 "nc_copy_slowdown": host.nc_copy_slowdown},
+        "latency_table": {m: latency_table(host=replace(host, flop=m))
+                          for m in ("table", "host")},
         "split_bytes": split_bytes,
         "latency": latency,
         "capacity": [capacity(m) for m in SHERPA_MODELS.values()],
