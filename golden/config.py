@@ -212,7 +212,8 @@ class ChannelConfig:
 
 
 PROFILES = {"gddr6-aim": "gddr6_aim.toml", "gddr6-aim-assumed": "gddr6_aim_assumed.toml",
-            "hbm2-pim": "hbm2_pim.toml", "hbm3-pim": "hbm3_pim.toml", "hbm-jitq": "hbm_jitq.toml"}
+            "hbm2-pim": "hbm2_pim.toml", "hbm3-pim": "hbm3_pim.toml", "hbm-jitq": "hbm_jitq.toml",
+            "lpddr5x-pim": "lpddr5x_pim.toml"}
 DEFAULT_PROFILE = "gddr6-aim"
 
 

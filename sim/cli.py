@@ -575,7 +575,8 @@ def cmd_sherpa(args) -> int:
     seq_lens = SEQ_LENS if args.seq_lens is None else _int_list(args.seq_lens, "--seq-lens", 1,
                                                                    1 << 17)
     host = SherpaHost(copy=args.copy, flop=args.flop)
-    _emit(sherpa_study(seq_lens=seq_lens, host=host, split_bytes=split), args.json)
+    _emit(sherpa_study(seq_lens=seq_lens, host=host, split_bytes=split,
+                       nc_tokens=args.nc_gemm_tokens), args.json)
     return 0
 
 
@@ -664,7 +665,7 @@ STUDY_OPTIONS = {
     "dpa-program-size": {"d_head", "json"},
     "dpa-capacity": {"chunk_bytes", "json", "requests", "seed"},
     "epu-accuracy": {"json", "seed"},
-    "sherpa": {"copy", "flop", "json", "seq_lens", "split_bytes"},
+    "sherpa": {"copy", "flop", "json", "nc_gemm_tokens", "seq_lens", "split_bytes"},
     "hetero-training": {"csv", "json", "offload_fraction", "plot", "set", "steps",
                         "workloads"},
     "jitq": {"json", "models", "set"},
@@ -797,6 +798,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "transactions (3 t)")
     s.add_argument("--flop", choices=["host", "table"], default="host",
                    help="sherpa: a GEMM's FLOP per byte, the host's (4.70) or Table 2's (4)")
+    s.add_argument("--nc-gemm-tokens", type=_int_in(1, 4096), default=8,
+                   help="sherpa: prompt tokens one read of a weight serves when a GEMM reads "
+                        "the non-cacheable copy (NC-GEMM; default 8)")
     s.add_argument("--workloads", default=None,
                    help="hetero-training: workloads (comma-separated; default: all)")
     s.add_argument("--steps", type=_int_in(1, LIMITS["steps"]), default=4,

@@ -10,11 +10,13 @@ from hypothesis import strategies as st
 
 from golden import numerics
 from golden.config import small_config
+from golden.isa import Opcode
 from golden.system.sherpa import (
     FIELDS,
     AddressMap,
     Geometry,
     PimAwareLayout,
+    gemv_channel_commands,
     host_friendly,
     host_gemv,
     pim_gemv,
@@ -83,6 +85,29 @@ def test_gemv_on_the_pim_aware_layout_equals_the_host_gemm():
     assert np.array_equal(y_pim, host_gemv(host, n_out, n_in, x, base=4096))
     ref = numerics.bf16_to_float(w) @ numerics.bf16_to_float(x)
     np.testing.assert_allclose(numerics.bf16_to_float(y_pim), ref, rtol=2 ** -7, atol=0.05)
+
+
+def test_gemv_takes_the_input_in_register_file_chunks():
+    """An input longer than the input register file (13 blocks over 4
+    entries): per tile, each chunk's WR-INPs then its MACs; the same result
+    bit for bit, and the commands counted by hand."""
+    cfg = small_config().replace(gbuf_entries=4)
+    amap = AddressMap(SMALL)
+    n_out, n_in = 37, 200
+    layout = PimAwareLayout(amap, n_out, n_in, out_regs=cfg.obuf_entries, first_row=2)
+    rng = np.random.default_rng(8)
+    w = numerics.float_to_bf16(rng.standard_normal((n_out, n_in)))
+    x = numerics.float_to_bf16(rng.standard_normal(n_in))
+    host = host_friendly(w, SMALL.bytes, base=4096)
+    y_pim = pim_gemv(swizzle(host, layout, base=4096), layout, x, cfg)
+    assert np.array_equal(y_pim, host_gemv(host, n_out, n_in, x, base=4096))
+    cmds, beats = gemv_channel_commands(layout, 0, cfg.gbuf_entries)
+    tiles = layout.rows_per_bank // layout.out_regs
+    ops = [c.opcode for c in cmds]
+    assert layout.blocks == 13 and ops.count(Opcode.WR_INP) == tiles * 13 == len(beats)
+    assert ops.count(Opcode.MAC) == tiles * 13 * layout.out_regs
+    assert ops.count(Opcode.RD_OUT) == tiles * layout.out_regs
+    assert max(c.gbuf_idx for c in cmds) == 3  # the 4 entries, reused chunk by chunk
 
 
 def test_bad_layouts_are_rejected_with_the_reason():

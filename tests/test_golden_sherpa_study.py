@@ -173,3 +173,68 @@ def test_study_shape():
     for r in data["latency"]:
         assert r["ddb_hides_copies_from"] in (16, 256)
         assert [p["seq_len"] for p in r["points"]] == [1, 16, 256]
+
+
+def test_pim_gemv_cycles_fast_against_exact():
+    """The decode GEMV on the LPDDR5X-PIM channel: fast mode (three tiles
+    cycle-exact, the rest at the last tile's cycles) within 1 % of the
+    cycle-exact run of the whole stream; a tile costs at least its MACs at
+    tCCD_L and its row activations (the column-major layout opens a row per
+    input block once a block spans a DRAM row)."""
+    from golden.config import load_profile
+    from golden.system.sherpa_study import pim_gemv_cycles, pim_layout
+
+    for shape in ((2048, 2048), (8192, 2048)):
+        fast, exact = pim_gemv_cycles(*shape), pim_gemv_cycles(*shape, exact=True)
+        assert abs(fast - exact) <= 0.01 * exact, (shape, fast, exact)
+    cfg, lay = pim_layout(8192, 2048)
+    tiles = lay.rows_per_bank // lay.out_regs
+    assert lay.rows_per_bank == 8192 // 64 and lay.blocks == 128
+    per_tile = pim_gemv_cycles(8192, 2048, exact=True) / tiles
+    assert per_tile >= lay.blocks * (lay.out_regs * cfg.timing.t_ccd_l)
+    assert per_tile >= lay.blocks * cfg.timing.t_rc  # a row per block
+    assert load_profile("lpddr5x-pim").gbuf_entries == 8  # REFERENCE: 8 input registers
+
+
+def test_decode_token_and_end_to_end_by_hand():
+    """A small model: the host's decode token reads every weight and the
+    KV cache at the DRAM's bandwidth; the PIM's is its GEMVs' cycles at the
+    profile's clock plus the same attention. End to end: the prefill and
+    every token at its own context, against the system without PIM."""
+    from golden.config import load_profile_data
+    from golden.system.reference import SherpaModel
+    from golden.system.sherpa_study import decode_token, end_to_end, pim_gemv_cycles
+
+    m = SherpaModel("tiny", 128, 2, 256, 128, 64, 512, True)
+    host = decode_token(m, 100, pim=False)
+    weights = 2 * m.layers * sum(o * i for _, o, i in m.matrices()) + 2 * m.vocab * m.hidden
+    kv = 2 * 2 * 100 * m.kv_dim * m.layers
+    assert host["token_s"] == pytest.approx(read_time(weights + kv))
+    pim = decode_token(m, 100)
+    tck = load_profile_data("lpddr5x-pim")["t_ck_ns"] * 1e-9
+    cycles = m.layers * sum(pim_gemv_cycles(o, i) for _, o, i in m.matrices()) + \
+        pim_gemv_cycles(m.vocab, m.hidden)
+    assert pim["token_s"] == pytest.approx(tck * cycles + read_time(kv))
+    e = end_to_end(m, 100, 3)
+    want_decode = sum(decode_token(m, c)["token_s"] for c in (100, 101, 102))
+    assert e["owr"]["decode_s"] == pytest.approx(want_decode)
+    assert e["owr"]["prefill_s"] == pytest.approx(ttft(m, 100, "owr")["ttft_s"])
+    base = ttft(m, 100, "duplication")["ttft_s"] + sum(
+        decode_token(m, c, pim=False)["token_s"] for c in (100, 101, 102))
+    assert e["no_pim"]["total_s"] == pytest.approx(base)
+    assert e["owr"]["speedup"] == pytest.approx(base / (e["owr"]["prefill_s"] + want_decode))
+    assert e["nc-gemm"]["decode_s"] == e["owr"]["decode_s"]
+
+
+def test_nc_gemm_by_hand():
+    """A GEMM from the non-cacheable copy: its weights read once per 8
+    prompt tokens at half the DRAM's speed, or its FLOPs, whichever is
+    longer; no copy, no buffer."""
+    from golden.system.sherpa_study import nc_gemm_time
+
+    nbytes = 1 << 20
+    t = read_time(nbytes)
+    assert nc_gemm_time(nbytes, 1) == pytest.approx(2 * t)  # memory bound
+    assert nc_gemm_time(nbytes, 64) == pytest.approx(max(64 * nbytes / 321e9, 8 * 2 * t))
+    assert nc_gemm_time(nbytes, 64, tokens=64) == pytest.approx(
+        max(64 * nbytes / 321e9, 2 * t))

@@ -219,20 +219,52 @@ def unswizzle(pim_image: np.ndarray, layout: PimAwareLayout, base: int = 0,
     return out
 
 
+def gemv_channel_commands(layout: PimAwareLayout, c: int, gbuf_entries: int,
+                          tiles: int | None = None) -> tuple[list, list[int]]:
+    """Channel ``c``'s commands of ``y = W x`` on the PIM-aware layout, and
+    the input block each write beat carries: per tile of ``out_regs``
+    local rows, the input in chunks of ``gbuf_entries`` blocks (the input
+    register file; written once when the whole input fits), each chunk's
+    WR-INPs then, per block ``j`` and local row ``i``, a MAC of burst ``(i,
+    j)`` into output register ``i mod out_regs``; after the tile's last
+    chunk, its RD-OUTs. ``tiles``: only the first so many tiles (a prefix
+    of the stream, for timing)."""
+    g = layout.amap.geometry
+    blocks = layout.blocks
+    chunks = [range(a, min(a + gbuf_entries, blocks)) for a in range(0, blocks, gbuf_entries)]
+    once = len(chunks) == 1
+    cmds, beat_blocks = [], []
+    if once:
+        cmds += [wr_inp(j) for j in chunks[0]]
+        beat_blocks += list(chunks[0])
+    starts = range(0, layout.rows_per_bank, layout.out_regs)
+    for t in starts[:tiles]:
+        for chunk in chunks:
+            if not once:
+                cmds += [wr_inp(j - chunk.start) for j in chunk]
+                beat_blocks += list(chunk)
+            for j in chunk:
+                for i in range(t, t + layout.out_regs):
+                    _, _, row, col = layout.place(i * g.total_banks + c, j)
+                    cmds.append(mac(int(row), int(col), j - chunk.start, i - t))
+        cmds += [rd_out(o) for o in range(layout.out_regs)]
+    return cmds, beat_blocks
+
+
 def pim_gemv(pim_image: np.ndarray, layout: PimAwareLayout, x_bf16: np.ndarray,
              config: ChannelConfig) -> np.ndarray:
     """y = W x on the PIM-aware layout, one golden channel model per
-    channel: per tile of ``out_regs`` local rows, for each input block
-    ``j`` a MAC per local row into OBuf ``i mod out_regs``, then RD-OUTs.
-    Returns y as BF16 bits (n_out,)."""
+    channel running ``gemv_channel_commands``. Returns y as BF16 bits
+    (n_out,)."""
     g = layout.amap.geometry
     if config.banks != g.banks or config.cols != g.cols or config.rows < g.rows:
         raise ValueError("the channel configuration must match the memory geometry")
-    if layout.blocks > config.gbuf_entries or layout.out_regs > config.obuf_entries:
-        raise ValueError("the input does not fit GBuf or the tile the OBuf")
+    if layout.out_regs > config.obuf_entries:
+        raise ValueError("the tile does not fit the OBuf")
     x = np.zeros(layout.n_in_padded, np.uint16)
     x[:len(x_bf16)] = x_bf16
     y = np.zeros(layout.n_out_padded, np.uint16)
+    tiles = range(0, layout.rows_per_bank, layout.out_regs)
     for c in range(g.channels):
         ch = ChannelModel(config)
         rows_used = range(layout.first_row, layout.first_row + layout.dram_rows_per_bank)
@@ -240,16 +272,8 @@ def pim_gemv(pim_image: np.ndarray, layout: PimAwareLayout, x_bf16: np.ndarray,
             for row in rows_used:
                 addrs = layout.amap.encode(c, b, row, np.arange(g.cols))
                 ch.load_matrix(b, row, pim_image[(addrs[:, None] // 2 + np.arange(LANES))])
-        cmds = [wr_inp(j) for j in range(layout.blocks)]
-        beats = [numerics.lanes_to_word(x[j * LANES:(j + 1) * LANES])
-                 for j in range(layout.blocks)]
-        tiles = range(0, layout.rows_per_bank, layout.out_regs)
-        for t in tiles:
-            for j in range(layout.blocks):
-                for i in range(t, t + layout.out_regs):
-                    _, _, row, col = layout.place(i * g.total_banks + c, j)
-                    cmds.append(mac(int(row), int(col), j, i - t))
-            cmds += [rd_out(o) for o in range(layout.out_regs)]
+        cmds, beat_blocks = gemv_channel_commands(layout, c, config.gbuf_entries)
+        beats = [numerics.lanes_to_word(x[j * LANES:(j + 1) * LANES]) for j in beat_blocks]
         result = ch.run(cmds, beats)
         for n, word in enumerate(result.rdata):
             t, o = divmod(n, layout.out_regs)

@@ -39,9 +39,12 @@ method and left out.
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from dataclasses import dataclass, replace
 
+from golden.channel import ChannelModel
+from golden.config import load_profile, load_profile_data
 from golden.system.reference import (
     SHERPA_HOST,
     SHERPA_LATENCY_MODELS,
@@ -49,12 +52,29 @@ from golden.system.reference import (
     SherpaHost,
     SherpaModel,
 )
-from golden.system.sherpa import Geometry, pim_padded
+from golden.system.sherpa import (
+    AddressMap,
+    Geometry,
+    PimAwareLayout,
+    gemv_channel_commands,
+    pim_padded,
+)
 
 METHODS = ("duplication", "remap", "owr", "ddb", "ddb-balanced")
 SEQ_LENS = (1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096)
 SPLIT_BYTES = 1 << 20
 GIB = 1 << 30
+#: The PIM device decode runs on (golden/profiles/lpddr5x_pim.toml).
+PIM_PROFILE = "lpddr5x-pim"
+#: Fast mode of ``pim_gemv_cycles``: the first tiles run cycle-exact, then
+#: each further tile costs the last one's cycles.
+FAST_TILES = 3
+#: (input tokens, generated tokens) of the end-to-end comparison.
+E2E_POINTS = ((64, 64), (256, 256), (1024, 256), (1024, 1024))
+#: NC-GEMM: prompt tokens one read of a weight burst serves when GEMMs read
+#: the non-cacheable region (no cache reuse across token tiles; project
+#: assumption: an 8-token register tile).
+NC_GEMM_TOKENS = 8
 
 
 @dataclass(frozen=True)
@@ -239,10 +259,13 @@ def capacity(model: SherpaModel, geometry: Geometry | None = None, out_regs: int
 
 
 def sherpa_study(seq_lens=SEQ_LENS, host: SherpaHost = SHERPA_HOST,
-                 split_bytes: int = SPLIT_BYTES) -> dict:
+                 split_bytes: int = SPLIT_BYTES, nc_tokens: int = NC_GEMM_TOKENS,
+                 e2e_points=E2E_POINTS) -> dict:
     """``pimorch run sherpa``: the latency table (Table 2's model, with
     FLOP/B 4 and with the host's), TTFT against input length per method for
-    the latency models, capacity per method for every model."""
+    the latency models, their decode token on the PIM and on the host, the
+    end-to-end time per method against the system without PIM, and
+    capacity per method for every model."""
     latency = []
     for name in SHERPA_LATENCY_MODELS:
         model = SHERPA_MODELS[name]
@@ -256,8 +279,13 @@ def sherpa_study(seq_lens=SEQ_LENS, host: SherpaHost = SHERPA_HOST,
                 "copy_ms": round(1e3 * r["copy_s"], 4),
                 "copy_wait_ms": round(1e3 * r["copy_wait_s"], 4),
             } for m, r in runs.items()}})
+        decode = {where: {k: round(1e3 * v, 4) for k, v in decode_token(
+            model, 1024, host, pim=where == "pim").items()} for where in ("pim", "host")}
+        e2e = [_rounded(end_to_end(model, sl, n, host, split_bytes, nc_tokens=nc_tokens))
+               for sl, n in e2e_points]
         latency.append({"model": name, "points": points,
-                        "ddb_hides_copies_from": hide_point(model, seq_lens, host, split_bytes)})
+                        "ddb_hides_copies_from": hide_point(model, seq_lens, host, split_bytes),
+                        "decode_token_ms_at_1024": decode, "end_to_end": e2e})
     return {
         "host": {"gflops": host.gflops, "bandwidth_gbs": host.bandwidth_gbs,
                  "flop": host.flop, "flop_per_byte": round(host.flop_per_byte, 3),
@@ -267,9 +295,19 @@ def sherpa_study(seq_lens=SEQ_LENS, host: SherpaHost = SHERPA_HOST,
         "latency_table": {m: latency_table(host=replace(host, flop=m))
                           for m in ("table", "host")},
         "split_bytes": split_bytes,
+        "pim_profile": PIM_PROFILE, "nc_gemm_tokens": nc_tokens,
         "latency": latency,
         "capacity": [capacity(m) for m in SHERPA_MODELS.values()],
     }
+
+
+def _rounded(v):
+    """Six significant digits, through dicts."""
+    if isinstance(v, float):
+        return float(f"{v:.6g}")
+    if isinstance(v, dict):
+        return {k: _rounded(x) for k, x in v.items()}
+    return v
 
 
 def hide_point(model: SherpaModel, seq_lens, host: SherpaHost, split_bytes: int):
@@ -280,3 +318,98 @@ def hide_point(model: SherpaModel, seq_lens, host: SherpaHost, split_bytes: int)
         if a <= 1.01 * ttft(model, sl, "duplication", host)["ttft_s"]:
             return sl
     return None
+
+
+# ---- decode on the LPDDR5X-PIM, end to end, NC-GEMM ---------------------------
+
+
+
+def pim_layout(n_out: int, n_in: int, profile: str = PIM_PROFILE) -> tuple:
+    """(channel configuration, PIM-aware layout) of an ``n_out x n_in``
+    matrix on ``profile``'s channels (four, as REFERENCE.md's host has)."""
+    cfg = load_profile(profile)
+    amap = AddressMap(Geometry(banks=cfg.banks, rows=cfg.rows, cols=cfg.cols))
+    return cfg, PimAwareLayout(amap, n_out, n_in, out_regs=cfg.obuf_entries)
+
+
+@functools.lru_cache(maxsize=None)
+def pim_gemv_cycles(n_out: int, n_in: int, profile: str = PIM_PROFILE,
+                    exact: bool = False) -> int:
+    """Cycles of ``y = W x`` on the PIM: one channel's stream
+    (``gemv_channel_commands``) on the profile's cycle-exact channel, with
+    refresh; the four channels run the same stream side by side. Fast
+    mode: the first ``FAST_TILES`` tiles exactly, then every further tile
+    at the last exact tile's cycles (the stream repeats tile by tile)."""
+    cfg, lay = pim_layout(n_out, n_in, profile)
+    tiles = lay.rows_per_bank // lay.out_regs
+
+    def run(k):
+        cmds, beats = gemv_channel_commands(lay, 0, cfg.gbuf_entries, tiles=k)
+        return ChannelModel(cfg).run(cmds, [0] * len(beats)).cycles
+
+    if exact or tiles <= FAST_TILES:
+        return run(tiles)
+    last = run(FAST_TILES)
+    return last + (tiles - FAST_TILES) * (last - run(FAST_TILES - 1))
+
+
+def decode_token(model: SherpaModel, context: int, host: SherpaHost = SHERPA_HOST,
+                 pim: bool = True, profile: str = PIM_PROFILE) -> dict:
+    """One decode token at ``context`` tokens: the FC GEMVs and the LM head
+    on the PIM (``pim``; their cycle-exact time at the profile's clock) or
+    on the host (every weight byte read at the DRAM's bandwidth), and the
+    attention on the host either way (the KV cache read once)."""
+    kv = 2 * 2 * context * model.kv_dim * model.layers
+    attention = read_time(kv, host)
+    if pim:
+        tck = float(load_profile_data(profile)["t_ck_ns"]) * 1e-9
+        fc = tck * model.layers * sum(pim_gemv_cycles(o, i, profile)
+                                      for _, o, i in model.matrices())
+        head = tck * pim_gemv_cycles(model.vocab, model.hidden, profile)
+    else:
+        fc = read_time(2 * model.layers * sum(o * i for _, o, i in model.matrices()), host)
+        head = read_time(2 * model.vocab * model.hidden, host)
+    return {"fc_s": fc, "lm_head_s": head, "attention_s": attention,
+            "token_s": fc + head + attention}
+
+
+def nc_gemm_time(nbytes: int, seq_len: int, host: SherpaHost = SHERPA_HOST,
+                 tokens: int = NC_GEMM_TOKENS) -> float:
+    """A prefill GEMM straight from the non-cacheable PIM-aware copy (no
+    copies, no buffers): its FLOPs at the host's rate, or its weight reads,
+    once per ``tokens`` prompt tokens (nothing is cached between token
+    tiles) at the non-cacheable region's speed (``nc_copy_slowdown``
+    slower), whichever is longer."""
+    compute = seq_len * nbytes / (host.gflops * 1e9)  # 2 FLOP per BF16 weight per token
+    reads = -(-seq_len // tokens) * read_time(nbytes, host) * host.nc_copy_slowdown
+    return max(compute, reads)
+
+
+def nc_gemm_ttft(model: SherpaModel, seq_len: int, host: SherpaHost = SHERPA_HOST,
+                 tokens: int = NC_GEMM_TOKENS) -> float:
+    return sum(nc_gemm_time(s.nbytes, seq_len, host, tokens) if s.nbytes else s.compute
+               for s in prefill_stages(model, seq_len, host))
+
+
+def end_to_end(model: SherpaModel, seq_len: int, new_tokens: int,
+               host: SherpaHost = SHERPA_HOST, split_bytes: int = SPLIT_BYTES,
+               profile: str = PIM_PROFILE, nc_tokens: int = NC_GEMM_TOKENS) -> dict:
+    """Prefill of ``seq_len`` tokens then ``new_tokens`` decode tokens (each
+    at its own context length) per method, against the system without PIM
+    (host-friendly weights in cacheable memory: the GEMMs of duplication,
+    decode on the host). ``nc-gemm``: prefill GEMMs from the non-cacheable
+    copy (``nc_gemm_ttft``), decode on the PIM."""
+    ctx = [seq_len + k for k in range(new_tokens)]
+    host_decode = sum(decode_token(model, c, host, pim=False)["token_s"] for c in ctx)
+    pim_decode = sum(decode_token(model, c, host, True, profile)["token_s"] for c in ctx)
+    prefill = {m: ttft(model, seq_len, m, host, split_bytes)["ttft_s"] for m in METHODS}
+    prefill["nc-gemm"] = nc_gemm_ttft(model, seq_len, host, nc_tokens)
+    base = prefill["duplication"] + host_decode
+    out = {"seq_len": seq_len, "new_tokens": new_tokens,
+           "no_pim": {"prefill_s": prefill["duplication"], "decode_s": host_decode,
+                      "total_s": base, "tokens_per_s": new_tokens / host_decode}}
+    for m, p in prefill.items():
+        total = p + pim_decode
+        out[m] = {"prefill_s": p, "decode_s": pim_decode, "total_s": total,
+                  "tokens_per_s": new_tokens / pim_decode, "speedup": base / total}
+    return out
