@@ -15,12 +15,15 @@ from golden.system.sherpa import (
     FIELDS,
     AddressMap,
     Geometry,
+    HostCache,
     PimAwareLayout,
     gemv_channel_commands,
     host_friendly,
     host_gemv,
+    host_reads,
     pim_gemv,
     swizzle,
+    triggered_gemv,
     unswizzle,
 )
 
@@ -108,6 +111,44 @@ def test_gemv_takes_the_input_in_register_file_chunks():
     assert ops.count(Opcode.MAC) == tiles * 13 * layout.out_regs
     assert ops.count(Opcode.RD_OUT) == tiles * layout.out_regs
     assert max(c.gbuf_idx for c in cmds) == 3  # the 4 entries, reused chunk by chunk
+
+
+def test_pim_triggers_need_a_non_cacheable_region():
+    """The host drives the GEMV with loads that trigger MACs in DRAM.
+    Non-cacheable: every load triggers, y is pim_gemv's. Cacheable: a cold
+    pass works (a line fill reads both channels' bursts, triggering both,
+    and the second load hits); a second pass hits every line and loses
+    every MAC (y wrong); after the host's GEMM read the matrix, the lines
+    still cached lose theirs; a flush restores the triggers."""
+    cfg = small_config()
+    amap = AddressMap(SMALL)
+    layout = PimAwareLayout(amap, 64, 128, out_regs=cfg.obuf_entries)
+    rng = np.random.default_rng(1)
+    w = numerics.float_to_bf16(rng.standard_normal((64, 128)))
+    x = numerics.float_to_bf16(rng.standard_normal(128))
+    pim = swizzle(host_friendly(w, SMALL.bytes), layout)
+    ref = pim_gemv(pim, layout, x, cfg)
+    # channels x local rows (64 rows over 8 banks) x blocks (128 / 16)
+    macs = 2 * 8 * 8
+    assert layout.rows_per_bank == 8 and layout.blocks == 8
+    y, n = triggered_gemv(pim, layout, x, cfg)
+    assert np.array_equal(y, ref) and n == {"mac_triggers": macs, "delivered": macs, "lost": 0}
+    cache = HostCache(1 << 16, ways=4)
+    y, n = triggered_gemv(pim, layout, x, cfg, cache)
+    assert np.array_equal(y, ref) and n["lost"] == 0
+    y, n = triggered_gemv(pim, layout, x, cfg, cache)
+    assert n["lost"] == macs and not np.array_equal(y, ref)
+    assert cache.flush() == macs // 2  # a line holds both channels' trigger bursts
+    y, n = triggered_gemv(pim, layout, x, cfg, cache)
+    assert np.array_equal(y, ref) and n["lost"] == 0
+    # a cache that holds the matrix's 256 lines keeps every trigger line
+    # the host's read brought in
+    held = HostCache(1 << 14, ways=4)
+    host_reads(held, layout)
+    y, n = triggered_gemv(pim, layout, x, cfg, held)
+    assert n["lost"] == macs and not np.array_equal(y, ref)
+    with pytest.raises(ValueError, match="power of two"):
+        HostCache(3000)
 
 
 def test_bad_layouts_are_rejected_with_the_reason():

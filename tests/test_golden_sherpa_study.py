@@ -238,3 +238,25 @@ def test_nc_gemm_by_hand():
     assert nc_gemm_time(nbytes, 64) == pytest.approx(max(64 * nbytes / 321e9, 8 * 2 * t))
     assert nc_gemm_time(nbytes, 64, tokens=64) == pytest.approx(
         max(64 * nbytes / 321e9, 2 * t))
+
+
+def test_memory_attributes_rows():
+    """The study's memory-attribute rows on the PIM device: non-cacheable
+    triggers all work; cacheable, the next pass loses every MAC behind a
+    cache that holds the trigger lines, the pass after the host's GEMM
+    loses those the cache kept (part of them behind the smaller cache),
+    and a flush restores them."""
+    from golden.system.sherpa_study import memory_attributes
+
+    rows = memory_attributes()
+    nc = rows[0]
+    assert nc["region"] == "non-cacheable" and nc["lost"] == 0 and nc["correct"]
+    by = {(r["cache_bytes"], r["pass"]): r for r in rows[1:]}
+    big, small = 8 << 20, 256 << 10
+    for size in (big, small):
+        assert by[size, "first"]["lost"] == 0 and by[size, "first"]["correct"]
+        assert by[size, "second"]["lost"] == nc["mac_triggers"]
+        assert not by[size, "second"]["correct"]
+        assert by[size, "after a flush"]["correct"] and by[size, "after a flush"]["flushed_lines"]
+    assert by[big, "after the prefill GEMM"]["lost"] == nc["mac_triggers"]
+    assert 0 < by[small, "after the prefill GEMM"]["lost"] < nc["mac_triggers"]

@@ -36,7 +36,7 @@ import numpy as np
 from golden import numerics
 from golden.channel import ChannelModel, mac, rd_out, wr_inp
 from golden.config import ChannelConfig
-from golden.isa import LANES
+from golden.isa import LANES, Opcode
 
 WORD_BYTES = 2 * LANES  # one 256-bit burst
 FIELDS = ("channel", "bank", "row", "col")
@@ -256,6 +256,13 @@ def pim_gemv(pim_image: np.ndarray, layout: PimAwareLayout, x_bf16: np.ndarray,
     """y = W x on the PIM-aware layout, one golden channel model per
     channel running ``gemv_channel_commands``. Returns y as BF16 bits
     (n_out,)."""
+    return _run_gemv(pim_image, layout, x_bf16, config)
+
+
+def _run_gemv(pim_image: np.ndarray, layout: PimAwareLayout, x_bf16: np.ndarray,
+              config: ChannelConfig, delivered: list[list[bool]] | None = None) -> np.ndarray:
+    """``pim_gemv``, each channel running only the commands ``delivered``
+    marks (all of them when None)."""
     g = layout.amap.geometry
     if config.banks != g.banks or config.cols != g.cols or config.rows < g.rows:
         raise ValueError("the channel configuration must match the memory geometry")
@@ -273,6 +280,8 @@ def pim_gemv(pim_image: np.ndarray, layout: PimAwareLayout, x_bf16: np.ndarray,
                 addrs = layout.amap.encode(c, b, row, np.arange(g.cols))
                 ch.load_matrix(b, row, pim_image[(addrs[:, None] // 2 + np.arange(LANES))])
         cmds, beat_blocks = gemv_channel_commands(layout, c, config.gbuf_entries)
+        if delivered is not None:
+            cmds = [cmd for cmd, ok in zip(cmds, delivered[c], strict=True) if ok]
         beats = [numerics.lanes_to_word(x[j * LANES:(j + 1) * LANES]) for j in beat_blocks]
         result = ch.run(cmds, beats)
         for n, word in enumerate(result.rdata):
@@ -282,6 +291,95 @@ def pim_gemv(pim_image: np.ndarray, layout: PimAwareLayout, x_bf16: np.ndarray,
             for b in range(g.banks):
                 y[i * g.total_banks + b * g.channels + c] = lanes[b]
     return y[:layout.n_out]
+
+
+class HostCache:
+    """The host's cache, as far as a PIM trigger sees it (REFERENCE.md:
+    decode needs the weights in a non-cacheable region to trigger PIM):
+    ``size_bytes`` in sets of ``ways`` lines of ``line_bytes``, LRU. A load
+    of a line it holds hits: no DRAM access. A miss fills the line: every
+    32 B burst of it is read from DRAM."""
+
+    def __init__(self, size_bytes: int, ways: int = 16, line_bytes: int = 64):
+        for name, v in (("size_bytes", size_bytes), ("ways", ways), ("line_bytes", line_bytes)):
+            _log2(v, name)
+        if line_bytes < WORD_BYTES or size_bytes < ways * line_bytes:
+            raise ValueError(f"a {size_bytes} B cache of {ways} ways of {line_bytes} B lines "
+                             f"(a line holds whole {WORD_BYTES} B bursts)")
+        self.line_bytes, self.ways = line_bytes, ways
+        self.n_sets = size_bytes // (ways * line_bytes)
+        self.sets: list[dict[int, None]] = [{} for _ in range(self.n_sets)]
+
+    def load(self, addr: int) -> bool:
+        """Load byte ``addr``: True on a hit."""
+        line = addr // self.line_bytes
+        s = self.sets[line % self.n_sets]
+        if line in s:
+            del s[line]
+            s[line] = None  # most recently used
+            return True
+        if len(s) >= self.ways:
+            del s[next(iter(s))]  # the least recently used
+        s[line] = None
+        return False
+
+    def flush(self) -> int:
+        """Clean and invalidate every line; the lines it held."""
+        held = sum(len(s) for s in self.sets)
+        for s in self.sets:
+            s.clear()
+        return held
+
+
+def host_reads(cache: HostCache, layout: PimAwareLayout) -> None:
+    """The host's GEMM reading the matrix from a cacheable region (prefill
+    on the one PIM-aware copy): every burst of every bank, in memory order,
+    through ``cache``."""
+    for addr in np.sort(layout.word_addresses().ravel()):
+        cache.load(int(addr))
+
+
+def mac_trigger_address(layout: PimAwareLayout, cmd, c: int) -> int:
+    """The byte address whose DRAM read triggers channel ``c``'s all-bank
+    MAC ``cmd`` (bank 0's burst at its row and column)."""
+    return int(layout.amap.encode(c, 0, cmd.row, cmd.col))
+
+
+def triggered_gemv(pim_image: np.ndarray, layout: PimAwareLayout, x_bf16: np.ndarray,
+                   config: ChannelConfig, cache: HostCache | None = None
+                   ) -> tuple[np.ndarray, dict]:
+    """``pim_gemv`` as the host drives it: every command a host access, the
+    channels' streams interleaved command by command. WR-INP and RD-OUT go
+    to the PIM's registers (device memory, always delivered); a MAC is a
+    load of its trigger address (``mac_trigger_address``) in the weights'
+    region. Non-cacheable (``cache`` None): every load reaches DRAM and
+    triggers its MAC. Cacheable: a load that hits ``cache`` never reaches
+    DRAM, so its MAC is lost; a miss fills the line, and each burst of the
+    line that is some channel's MAC at this step triggers that MAC (a later
+    load of it hits). Returns (y as BF16 bits, the counts: MAC triggers,
+    delivered, lost)."""
+    g = layout.amap.geometry
+    streams = [gemv_channel_commands(layout, c, config.gbuf_entries)[0]
+               for c in range(g.channels)]
+    delivered = [[cmd.opcode != Opcode.MAC or cache is None for cmd in st] for st in streams]
+    macs = sum(cmd.opcode == Opcode.MAC for st in streams for cmd in st)
+    if cache is not None:
+        done = [[False] * len(st) for st in streams]
+        for k in range(len(streams[0])):
+            at = {mac_trigger_address(layout, st[k], c): c for c, st in enumerate(streams)
+                  if st[k].opcode == Opcode.MAC}
+            for addr in at:
+                if cache.load(addr):
+                    continue  # a hit: no DRAM read, no trigger
+                first = addr - addr % cache.line_bytes
+                for word in range(first, first + cache.line_bytes, WORD_BYTES):
+                    hit = at.get(word)  # a burst of the line that is a MAC now
+                    if hit is not None and not done[hit][k]:
+                        delivered[hit][k] = done[hit][k] = True
+    got = sum(ok for st, d in zip(streams, delivered, strict=True)
+              for cmd, ok in zip(st, d, strict=True) if cmd.opcode == Opcode.MAC)
+    y = _run_gemv(pim_image, layout, x_bf16, config, delivered)
+    return y, {"mac_triggers": macs, "delivered": got, "lost": macs - got}
 
 
 def host_gemv(host_image: np.ndarray, n_out: int, n_in: int, x_bf16: np.ndarray,

@@ -297,6 +297,7 @@ def sherpa_study(seq_lens=SEQ_LENS, host: SherpaHost = SHERPA_HOST,
         "split_bytes": split_bytes,
         "pim_profile": PIM_PROFILE, "nc_gemm_tokens": nc_tokens,
         "latency": latency,
+        "memory_attributes": memory_attributes(),
         "capacity": [capacity(m) for m in SHERPA_MODELS.values()],
     }
 
@@ -413,3 +414,58 @@ def end_to_end(model: SherpaModel, seq_len: int, new_tokens: int,
         out[m] = {"prefill_s": p, "decode_s": pim_decode, "total_s": total,
                   "tokens_per_s": new_tokens / pim_decode, "speedup": base / total}
     return out
+
+
+#: The memory-attribute experiment: a matrix of ``ATTR_SHAPE`` on the PIM
+#: device's channels, with a host cache larger than it (``ATTR_CACHES[0]``,
+#: a project assumption: the host's last-level cache is not in
+#: REFERENCE.md) and one smaller.
+ATTR_SHAPE = (1024, 256)
+ATTR_CACHES = (8 << 20, 256 << 10)
+
+
+def memory_attributes(shape=ATTR_SHAPE, caches=ATTR_CACHES, profile: str = PIM_PROFILE,
+                      seed: int = 0) -> list[dict]:
+    """Why decode needs the weights non-cacheable (REFERENCE.md): the same
+    triggered GEMV (``golden.system.sherpa.triggered_gemv``) with the
+    weights non-cacheable, and cacheable behind each cache size: a first
+    pass, a second pass (the decode's next token), a pass right after the
+    host's prefill GEMM read the matrix, and a second pass with the cache
+    flushed before it. Each row: MAC triggers, those lost, and whether y
+    equals the non-cacheable result bit for bit."""
+    import numpy as np
+
+    from golden import numerics
+    from golden.system.sherpa import (
+        HostCache,
+        host_friendly,
+        host_reads,
+        swizzle,
+        triggered_gemv,
+    )
+
+    cfg, lay = pim_layout(*shape, profile)
+    rng = np.random.default_rng(seed)
+    w = numerics.float_to_bf16(rng.standard_normal(shape))
+    x = numerics.float_to_bf16(rng.standard_normal(shape[1]))
+    need = 2 * lay.n_out_padded * lay.n_in_padded
+    image = swizzle(host_friendly(w, 2 * need), lay)
+    ref, first = triggered_gemv(image, lay, x, cfg)
+    rows = [{"region": "non-cacheable", "cache_bytes": None, "pass": "any", **first,
+             "correct": True, "flushed_lines": 0}]
+
+    def row(cache, what, flushed=0):
+        y, counts = triggered_gemv(image, lay, x, cfg, cache)
+        rows.append({"region": "cacheable", "cache_bytes": cache_bytes, "pass": what, **counts,
+                     "correct": bool(np.array_equal(y, ref)), "flushed_lines": flushed})
+
+    for cache_bytes in caches:
+        cache = HostCache(cache_bytes)
+        row(cache, "first")
+        row(cache, "second")
+        cache = HostCache(cache_bytes)
+        host_reads(cache, lay)
+        row(cache, "after the prefill GEMM")
+        flushed = cache.flush()
+        row(cache, "after a flush", flushed)
+    return rows
