@@ -273,18 +273,7 @@ class AttentionLayout:
         w, G, D, U, S = self.words, self.token_groups, self.dims_per_bank, self.chunks, \
             self.stride
         every = (1 << n) - 1
-        prog = [instr(Opcode.WR_INP, ch_mask=every, op_size=g * w, gpr_addr=self.query(0),
-                      gbuf_idx=0)]
-        body, strides = [], []
-        for k in range(u):  # QK^T: each query over slot k's open row
-            for q in range(g):
-                o = k * g + q
-                body.append(instr(Opcode.MAC, ch_mask=every, op_size=w, col=k * w,
-                                  gbuf_idx=q * w, out_idx=o))
-                body.append(instr(Opcode.RD_OUT, ch_mask=every, op_size=1,
-                                  gpr_addr=self.scores(q) + k * n, out_idx=o))
-                strides += [(ModiField.COL, S), (ModiField.GPR_ADDR, u * n)]
-        prog += self._loop(body, strides)
+        prog = self._qkt(every)
         *soft, (_, red_size, red_span) = attention_epu_ops(n, self.d_head, g, u)
         prog += [instr(Opcode.EPU_SOFTMAX, op_size=size, gpr_addr=self.scores(q), span=span)
                  for q, (_, size, span) in enumerate(soft)]
@@ -317,18 +306,7 @@ class AttentionLayout:
         hub, n, u, g = self.hub, self.hub.n_channels, self.unroll, self.group
         w, D, S = self.words, self.dims_per_bank, self.stride
         mask = 1 << self.channel
-        prog = [instr(Opcode.WR_INP, ch_mask=mask, op_size=g * w, gpr_addr=self.query(0),
-                      gbuf_idx=0)]
-        body, strides = [], []
-        for k in range(u):  # QK^T: each query over slot k's open row
-            for q in range(g):
-                o = k * g + q
-                body.append(instr(Opcode.MAC, ch_mask=mask, op_size=w, col=k * w,
-                                  gbuf_idx=q * w, out_idx=o))
-                body.append(instr(Opcode.RD_OUT, ch_mask=mask, op_size=1,
-                                  gpr_addr=self.scores(q) + k * n, out_idx=o))
-                strides += [(ModiField.COL, S), (ModiField.GPR_ADDR, u * n)]
-        prog += self._loop(body, strides)
+        prog = self._qkt(mask)
         prog += [instr(Opcode.EPU_SOFTMAX, op_size=size, gpr_addr=self.scores(q) + self.home,
                        span=span)
                  for q, (_, size, span) in enumerate(
@@ -348,6 +326,24 @@ class AttentionLayout:
         prog.append(instr(Opcode.RD_OUT, ch_mask=mask, op_size=g * D, gpr_addr=self.partials,
                           out_idx=0))
         return _checked(prog, hub, self.describe())
+
+    def _qkt(self, mask: int) -> list[int]:
+        """The queries' WR-INP and the QK^T loop on the channels of
+        ``mask``: per key slot and query, a MAC into its own OBuf entry and
+        an RD-OUT of the scores (beat of channel ``c`` at ``gpr + c``)."""
+        n, u, g, w = self.hub.n_channels, self.unroll, self.group, self.words
+        prog = [instr(Opcode.WR_INP, ch_mask=mask, op_size=g * w, gpr_addr=self.query(0),
+                      gbuf_idx=0)]
+        body, strides = [], []
+        for k in range(u):  # each query over slot k's open row (row reuse)
+            for q in range(g):
+                o = k * g + q
+                body.append(instr(Opcode.MAC, ch_mask=mask, op_size=w, col=k * w,
+                                  gbuf_idx=q * w, out_idx=o))
+                body.append(instr(Opcode.RD_OUT, ch_mask=mask, op_size=1,
+                                  gpr_addr=self.scores(q) + k * n, out_idx=o))
+                strides += [(ModiField.COL, self.stride), (ModiField.GPR_ADDR, u * n)]
+        return prog + self._loop(body, strides)
 
     def _loop(self, body: list[int], strides: list[tuple[ModiField, int]]) -> list[int]:
         """A DYN-LOOP over an iteration's tokens: one DYN-MODI per word of
