@@ -317,8 +317,7 @@ def hub_energy(params: EnergyParams, channels: list[dict], gpr_reads: int,
     (:data:`CATEGORIES`), ``gpr_pj``, ``epu_pj``, ``channels_pj`` (each
     channel's total) and ``counts`` (the channels' :data:`COUNTS` summed,
     ``gpr_reads``, ``gpr_writes``, ``epu_ops``)."""
-    ops = {k: int(v) for k, v in (epu_ops or {}).items()}
-    ops = {k: ops.get(k, 0) for k in EPU_OPS}
+    ops = {k: int((epu_ops or {}).get(k, 0)) for k in EPU_OPS}
     gpr = gpr_reads * params.gpr_rd_pj + gpr_writes * params.gpr_wr_pj
     epu = float(epu_pj(params, ops))
     e = {k: sum(ch["breakdown"][k] for ch in channels) for k in CATEGORIES}

@@ -372,6 +372,7 @@ def play_decode(sim: str, dec, run_dir: Path) -> dict:
     decoder's expansion, the channels' work, the EPU and every read beat
     in the GPR), and per lock step (a token of every active sequence)
     from its first host call to its last response."""
+    from golden.hub.decode import program_kind
     from golden.isa import HostOp
     from tb import hub_scoreboard
 
@@ -381,16 +382,13 @@ def play_decode(sim: str, dec, run_dir: Path) -> dict:
     t0 = time.perf_counter()
     check = hub_scoreboard.check(dec.hub, calls, rec)
     check_s = time.perf_counter() - t0
-    got = [(c.code, c.data) for c in rec.calls]
-    for i, (a, b) in enumerate(zip(got, dec.h.responses, strict=True)):
-        if a != b:
-            raise hub_scoreboard.HubScoreboardError(
-                f"call {i} ({calls[i]}): the module answered {a}, the golden decoder got {b}")
+    hub_scoreboard.check_responses(calls, [(c.code, c.data) for c in rec.calls],
+                                   dec.h.responses)
     steps = [r for c, r in zip(calls, rec.calls, strict=True) if c.op == HostOp.STEP]
     programs: dict[str, dict] = {}
     for (name, *_), r in zip(dec.steps, steps, strict=True):
-        kind = "attention" if name.startswith("attention") else "fc"
-        row = programs.setdefault(kind, {"steps": 0, "cycles": 0, "max_step_cycles": 0})
+        row = programs.setdefault(program_kind(name),
+                                  {"steps": 0, "cycles": 0, "max_step_cycles": 0})
         row["steps"] += 1
         row["cycles"] += r.responded - r.accepted
         row["max_step_cycles"] = max(row["max_step_cycles"], r.responded - r.accepted)

@@ -180,6 +180,18 @@ def check(hub: HubConfig, calls: list[HostCall], rec: HubRecord,
     return out
 
 
+def check_responses(calls: list[HostCall], got: list[tuple[int, int]],
+                    want: list[tuple[int, int]]) -> None:
+    """Every response ``(code, data)`` the module gave (``got``) is what a
+    golden run of ``calls`` got (``want``, e.g. the golden decoder's)."""
+    if len(got) != len(want):
+        raise HubScoreboardError(f"{len(got)} responses, {len(want)} calls")
+    for i, (a, b) in enumerate(zip(got, want, strict=True)):
+        if a != b:
+            raise HubScoreboardError(f"call {i} ({calls[i]}): response {a}, the golden "
+                                     f"decoder got {b}")
+
+
 def check_channels(hub: HubConfig, model: Hub, rec: HubRecord,
                    energies: list[dict] | None = None) -> int:
     """Each channel's trace against a golden channel model fed the observed

@@ -36,6 +36,7 @@ from golden.hub.decode import (
     random_sequences,
 )
 from golden.isa import Fault, HostOp, HostStatus, ModiField, Opcode
+from tb.hub_scoreboard import check_responses
 
 #: the two requests' T_cur at the first step: request 0 crosses a chunk
 #: boundary within four steps (the host grows it between steps)
@@ -354,9 +355,6 @@ def check_decode(case: DecodeCase, rsp: list[tuple[int, int]]) -> None:
     """The module's response to every call is what the golden decoder got
     (so the module decoded the same logits and tokens), and the decode is
     within LOGIT_BOUND of the float32 reference."""
-    assert len(rsp) == len(case.responses), f"{len(rsp)} responses, {len(case.responses)} calls"
-    for i, (got, want) in enumerate(zip(rsp, case.responses, strict=True)):
-        assert got == want, (f"call {i} ({case.calls[i]}): response {got}, the golden "
-                             f"decoder got {want}")
+    check_responses(case.calls, rsp, case.responses)
     for k, row in enumerate(case.rows):
         assert row["max_error"] < LOGIT_BOUND, f"sequence {k}: logit error {row['max_error']}"

@@ -443,7 +443,6 @@ class PimDecoder:
         for s in slots:
             self.active[s].logits.append(logits[s])
 
-
     def _attention_out(self, req: int) -> np.ndarray:
         """Request ``req``'s attention output, its group's query heads in turn."""
         lay, base = self.layout(req), self.att_base(req)
@@ -522,6 +521,11 @@ def compare(model: TinyModel, sequences: list[Sequence]) -> list[dict]:
     return rows
 
 
+def program_kind(name: str) -> str:
+    """``attention`` or ``fc``: the kind of a ``PimDecoder.steps`` program."""
+    return "attention" if name.startswith("attention") else "fc"
+
+
 def decode_run(model: TinyModel, prompt_lengths: list[int], new_tokens: list[int],
                slots: int = 2, seed: int = 0, max_tokens: int = 128,
                kv_chunks: int | None = None, channels: int = 2, partition: str = "tcp",
@@ -554,9 +558,8 @@ def decode_summary(dec: PimDecoder, seqs: list[Sequence]) -> dict:
     rows = compare(model, seqs)
     by = {}
     for name, reqs, cmds, epu_cycles in dec.steps:
-        kind = "attention" if name.startswith("attention") else "fc"
-        row = by.setdefault(kind, dict.fromkeys(("steps", "requests", "commands",
-                                                 "epu_cycles"), 0))
+        row = by.setdefault(program_kind(name), dict.fromkeys(("steps", "requests", "commands",
+                                                               "epu_cycles"), 0))
         for key, v in zip(("steps", "requests", "commands", "epu_cycles"),
                           (1, reqs, cmds, epu_cycles), strict=True):
             row[key] += v

@@ -90,6 +90,7 @@ from golden.system.reference import (
     LibraModel,
     LibraNpu,
 )
+from golden.system.sweep import significant
 
 SYSTEMS = ("NPU+AiM", "AttAcc-like", "NeuPIMs-like", "LibraPIM", "LibraPIM-noDBO")
 #: Each system's banks (``golden.system.overlap.BANKS``): AiM and AttAcc's
@@ -816,29 +817,18 @@ def _point(p: dict) -> dict:
            "systems": {}}
     for system in p["systems"]:
         r = generate(device, system, lengths, p["steps"], p["dbo_latency"], pricing)
-        r = _round(r)  # the decisions too
+        r = significant(r)  # the decisions too
         if system != "LibraPIM":
             r.pop("decisions")
         out["systems"][system] = r
     first = out["systems"].get(p["systems"][0], {})
     base, joules = first.get("tokens_per_s"), first.get("energy_per_token_j")
     for r in out["systems"].values():
-        r[f"speedup_over_{p['systems'][0]}"] = _round(r["tokens_per_s"] / base) if base else None
-        r[f"energy_over_{p['systems'][0]}"] = (_round(r["energy_per_token_j"] / joules)
+        r[f"speedup_over_{p['systems'][0]}"] = (significant(r["tokens_per_s"] / base)
+                                                 if base else None)
+        r[f"energy_over_{p['systems'][0]}"] = (significant(r["energy_per_token_j"] / joules)
                                                if joules else None)
     return out
-
-
-def _round(v):
-    """Six significant digits, through dicts and lists (a breakdown, the
-    decisions)."""
-    if isinstance(v, float):
-        return float(f"{v:.6g}")
-    if isinstance(v, dict):
-        return {k: _round(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_round(x) for x in v]
-    return v
 
 
 def librapim(data: dict, sw, progress: bool | None = None) -> dict:

@@ -740,7 +740,7 @@ def step_energy(cfg: ChannelConfig, use: dict, work: dict, channels: int, cycles
     """Energy (J) of a decode step of ``cycles`` on ``channels`` profile
     channels whose kernels and weight reads counted ``use``
     (golden.energy.COUNTS) and whose other work was ``work`` (xPU MACs,
-    vector elements, link bytes): the channels' commands priced with the
+    vector elements, the HUB EPU's operations, link bytes): the channels' commands priced with the
     profile's table, their background over the whole step (rows open for
     the counted cycles, precharged otherwise), their refreshes on the
     channel clock for the whole step (not only inside kernels); the rest
@@ -760,7 +760,7 @@ def step_energy(cfg: ChannelConfig, use: dict, work: dict, channels: int, cycles
         return None
     params = energy.scaled(known[0], dict(asm.energy_scale))
     pim = energy.channels_energy(params, t_ck_ns, use, channels, cycles, cfg.timing.t_refi)
-    epu_pj = float(energy.epu_pj(params, work["epu_ops"])) if "epu_ops" in work else 0.0
+    epu_pj = float(energy.epu_pj(params, work["epu_ops"]))
     pj = {**{f"pim_{k}": v for k, v in pim.items()},
           "xpu": work["xpu_macs"] * asm.xpu_pj_per_mac,
           "vector": work["elements"] * asm.vector_pj_per_element + epu_pj,

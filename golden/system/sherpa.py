@@ -306,7 +306,7 @@ class HostCache:
         if line_bytes < WORD_BYTES or size_bytes < ways * line_bytes:
             raise ValueError(f"a {size_bytes} B cache of {ways} ways of {line_bytes} B lines "
                              f"(a line holds whole {WORD_BYTES} B bursts)")
-        self.line_bytes, self.ways = line_bytes, ways
+        self.size_bytes, self.line_bytes, self.ways = size_bytes, line_bytes, ways
         self.n_sets = size_bytes // (ways * line_bytes)
         self.sets: list[dict[int, None]] = [{} for _ in range(self.n_sets)]
 

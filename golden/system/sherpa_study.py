@@ -59,6 +59,7 @@ from golden.system.sherpa import (
     gemv_channel_commands,
     pim_padded,
 )
+from golden.system.sweep import significant
 
 METHODS = ("duplication", "remap", "owr", "ddb", "ddb-balanced")
 SEQ_LENS = (1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096)
@@ -281,7 +282,7 @@ def sherpa_study(seq_lens=SEQ_LENS, host: SherpaHost = SHERPA_HOST,
             } for m, r in runs.items()}})
         decode = {where: {k: round(1e3 * v, 4) for k, v in decode_token(
             model, 1024, host, pim=where == "pim").items()} for where in ("pim", "host")}
-        e2e = [_rounded(end_to_end(model, sl, n, host, split_bytes, nc_tokens=nc_tokens))
+        e2e = [significant(end_to_end(model, sl, n, host, split_bytes, nc_tokens=nc_tokens))
                for sl, n in e2e_points]
         latency.append({"model": name, "points": points,
                         "ddb_hides_copies_from": hide_point(model, seq_lens, host, split_bytes),
@@ -302,15 +303,6 @@ def sherpa_study(seq_lens=SEQ_LENS, host: SherpaHost = SHERPA_HOST,
     }
 
 
-def _rounded(v):
-    """Six significant digits, through dicts."""
-    if isinstance(v, float):
-        return float(f"{v:.6g}")
-    if isinstance(v, dict):
-        return {k: _rounded(x) for k, x in v.items()}
-    return v
-
-
 def hide_point(model: SherpaModel, seq_lens, host: SherpaHost, split_bytes: int):
     """The first input length at which balanced DDB is within 1 % of
     duplication (the copies hidden), or None."""
@@ -322,8 +314,6 @@ def hide_point(model: SherpaModel, seq_lens, host: SherpaHost, split_bytes: int)
 
 
 # ---- decode on the LPDDR5X-PIM, end to end, NC-GEMM ---------------------------
-
-
 
 def pim_layout(n_out: int, n_in: int, profile: str = PIM_PROFILE) -> tuple:
     """(channel configuration, PIM-aware layout) of an ``n_out x n_in``
@@ -354,22 +344,33 @@ def pim_gemv_cycles(n_out: int, n_in: int, profile: str = PIM_PROFILE,
     return last + (tiles - FAST_TILES) * (last - run(FAST_TILES - 1))
 
 
-def decode_token(model: SherpaModel, context: int, host: SherpaHost = SHERPA_HOST,
-                 pim: bool = True, profile: str = PIM_PROFILE) -> dict:
-    """One decode token at ``context`` tokens: the FC GEMVs and the LM head
-    on the PIM (``pim``; their cycle-exact time at the profile's clock) or
-    on the host (every weight byte read at the DRAM's bandwidth), and the
-    attention on the host either way (the KV cache read once)."""
-    kv = 2 * 2 * context * model.kv_dim * model.layers
-    attention = read_time(kv, host)
+def decode_gemvs(model: SherpaModel, host: SherpaHost = SHERPA_HOST, pim: bool = True,
+                 profile: str = PIM_PROFILE) -> tuple[float, float]:
+    """(FC GEMVs, LM head) seconds of one decode token: on the PIM
+    (``pim``; their cycle-exact time at the profile's clock) or on the host
+    (every weight byte read at the DRAM's bandwidth). The same for every
+    token, whatever its context."""
     if pim:
         tck = float(load_profile_data(profile)["t_ck_ns"]) * 1e-9
         fc = tck * model.layers * sum(pim_gemv_cycles(o, i, profile)
                                       for _, o, i in model.matrices())
-        head = tck * pim_gemv_cycles(model.vocab, model.hidden, profile)
-    else:
-        fc = read_time(2 * model.layers * sum(o * i for _, o, i in model.matrices()), host)
-        head = read_time(2 * model.vocab * model.hidden, host)
+        return fc, tck * pim_gemv_cycles(model.vocab, model.hidden, profile)
+    fc = read_time(2 * model.layers * sum(o * i for _, o, i in model.matrices()), host)
+    return fc, read_time(2 * model.vocab * model.hidden, host)
+
+
+def decode_attention(model: SherpaModel, context: int, host: SherpaHost = SHERPA_HOST) -> float:
+    """A decode token's attention at ``context`` tokens, on the host with
+    PIM or without: the KV cache read once at the DRAM's bandwidth."""
+    return read_time(2 * 2 * context * model.kv_dim * model.layers, host)
+
+
+def decode_token(model: SherpaModel, context: int, host: SherpaHost = SHERPA_HOST,
+                 pim: bool = True, profile: str = PIM_PROFILE) -> dict:
+    """One decode token at ``context`` tokens: ``decode_gemvs`` and
+    ``decode_attention``."""
+    fc, head = decode_gemvs(model, host, pim, profile)
+    attention = decode_attention(model, context, host)
     return {"fc_s": fc, "lm_head_s": head, "attention_s": attention,
             "token_s": fc + head + attention}
 
@@ -400,9 +401,9 @@ def end_to_end(model: SherpaModel, seq_len: int, new_tokens: int,
     (host-friendly weights in cacheable memory: the GEMMs of duplication,
     decode on the host). ``nc-gemm``: prefill GEMMs from the non-cacheable
     copy (``nc_gemm_ttft``), decode on the PIM."""
-    ctx = [seq_len + k for k in range(new_tokens)]
-    host_decode = sum(decode_token(model, c, host, pim=False)["token_s"] for c in ctx)
-    pim_decode = sum(decode_token(model, c, host, True, profile)["token_s"] for c in ctx)
+    attention = sum(decode_attention(model, seq_len + k, host) for k in range(new_tokens))
+    host_decode = new_tokens * sum(decode_gemvs(model, host, pim=False)) + attention
+    pim_decode = new_tokens * sum(decode_gemvs(model, host, True, profile)) + attention
     prefill = {m: ttft(model, seq_len, m, host, split_bytes)["ttft_s"] for m in METHODS}
     prefill["nc-gemm"] = nc_gemm_ttft(model, seq_len, host, nc_tokens)
     base = prefill["duplication"] + host_decode
@@ -437,6 +438,7 @@ def memory_attributes(shape=ATTR_SHAPE, caches=ATTR_CACHES, profile: str = PIM_P
 
     from golden import numerics
     from golden.system.sherpa import (
+        WORD_BYTES,
         HostCache,
         host_friendly,
         host_reads,
@@ -448,22 +450,24 @@ def memory_attributes(shape=ATTR_SHAPE, caches=ATTR_CACHES, profile: str = PIM_P
     rng = np.random.default_rng(seed)
     w = numerics.float_to_bf16(rng.standard_normal(shape))
     x = numerics.float_to_bf16(rng.standard_normal(shape[1]))
-    need = 2 * lay.n_out_padded * lay.n_in_padded
-    image = swizzle(host_friendly(w, 2 * need), lay)
+    # memory up to the layout's last burst (the host copy, from 0, lies below it)
+    top = int(lay.word_addresses().max()) + WORD_BYTES
+    image = swizzle(host_friendly(w, top), lay)
     ref, first = triggered_gemv(image, lay, x, cfg)
     rows = [{"region": "non-cacheable", "cache_bytes": None, "pass": "any", **first,
              "correct": True, "flushed_lines": 0}]
 
     def row(cache, what, flushed=0):
         y, counts = triggered_gemv(image, lay, x, cfg, cache)
-        rows.append({"region": "cacheable", "cache_bytes": cache_bytes, "pass": what, **counts,
-                     "correct": bool(np.array_equal(y, ref)), "flushed_lines": flushed})
+        rows.append({"region": "cacheable", "cache_bytes": cache.size_bytes, "pass": what,
+                     **counts, "correct": bool(np.array_equal(y, ref)),
+                     "flushed_lines": flushed})
 
-    for cache_bytes in caches:
-        cache = HostCache(cache_bytes)
+    for size in caches:
+        cache = HostCache(size)
         row(cache, "first")
         row(cache, "second")
-        cache = HostCache(cache_bytes)
+        cache = HostCache(size)
         host_reads(cache, lay)
         row(cache, "after the prefill GEMM")
         flushed = cache.flush()

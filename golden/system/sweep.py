@@ -94,3 +94,15 @@ class Sweep:
             if progress:
                 progress.step()
         return out
+
+
+def significant(v):
+    """Six significant digits, through dicts and lists (a study's rows:
+    breakdowns, decisions); anything but a float as it is."""
+    if isinstance(v, float):
+        return float(f"{v:.6g}")
+    if isinstance(v, dict):
+        return {k: significant(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [significant(x) for x in v]
+    return v
