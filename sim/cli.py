@@ -576,7 +576,7 @@ def cmd_sherpa(args) -> int:
                                                                    1 << 17)
     host = SherpaHost(copy=args.copy, flop=args.flop)
     _emit(sherpa_study(seq_lens=seq_lens, host=host, split_bytes=split,
-                       nc_tokens=args.nc_gemm_tokens), args.json)
+                       nc_tokens=args.nc_gemm_tokens, profile=args.pim_profile), args.json)
     return 0
 
 
@@ -665,7 +665,8 @@ STUDY_OPTIONS = {
     "dpa-program-size": {"d_head", "json"},
     "dpa-capacity": {"chunk_bytes", "json", "requests", "seed"},
     "epu-accuracy": {"json", "seed"},
-    "sherpa": {"copy", "flop", "json", "nc_gemm_tokens", "seq_lens", "split_bytes"},
+    "sherpa": {"copy", "flop", "json", "nc_gemm_tokens", "pim_profile", "seq_lens",
+               "split_bytes"},
     "hetero-training": {"csv", "json", "offload_fraction", "plot", "set", "steps",
                         "workloads"},
     "jitq": {"json", "models", "set"},
@@ -801,6 +802,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--nc-gemm-tokens", type=_int_in(1, 4096), default=8,
                    help="sherpa: prompt tokens one read of a weight serves when a GEMM reads "
                         "the non-cacheable copy (NC-GEMM; default 8)")
+    s.add_argument("--pim-profile", default="lpddr5x-pim",
+                   help="sherpa: the PIM device decode runs on, a profile name or a TOML "
+                        "file (default lpddr5x-pim; docs/timing.md)")
     s.add_argument("--workloads", default=None,
                    help="hetero-training: workloads (comma-separated; default: all)")
     s.add_argument("--steps", type=_int_in(1, LIMITS["steps"]), default=4,

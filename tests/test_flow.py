@@ -281,6 +281,7 @@ def test_cli_librapim_npu_sweep_plot(tmp_path, capsys):
     (["run", "librapim", "--set", "dex_overhead=2"], "dex_overhead must be in"),
     (["run", "librapim", "--set", "dex_split=3"], "dex_split must be"),
     (["run", "librapim", "--set", "lengths=sharegpt"], "lengths must be one of alpaca, uniform"),
+    (["run", "sherpa", "--pim-profile", "/nope.toml"], "is neither a known profile"),
     (["run", "pimphony", "--set", "colour=red"], "unknown key 'colour'"),
     (["run", "pimphony", "--set", "models=LLM-1B"], "models: unknown name 'LLM-1B'"),
     (["run", "pimphony-scaling", "--set", "variation=0.5"], "variation must be in"),

@@ -196,6 +196,24 @@ def test_pim_gemv_cycles_fast_against_exact():
     assert load_profile("lpddr5x-pim").gbuf_entries == 8  # REFERENCE: 8 input registers
 
 
+def test_pim_device_is_a_profile(tmp_path):
+    """The decode's device is any profile (``--pim-profile``): a copy of
+    lpddr5x-pim with slower activations (tRC and tRAS doubled) makes the
+    row-bound GEMV slower, and the study reports the profile it ran."""
+    from importlib import resources
+
+    from golden.system.sherpa_study import PIM_PROFILE, decode_token, pim_gemv_cycles
+
+    text = resources.files("golden.profiles").joinpath("lpddr5x_pim.toml").read_text()
+    slow = text.replace("t_rc = 66", "t_rc = 132").replace("t_ras = 46", "t_ras = 92")
+    assert slow != text
+    path = tmp_path / "slow.toml"
+    path.write_text(slow)
+    assert pim_gemv_cycles(2048, 2048, str(path)) > pim_gemv_cycles(2048, 2048, PIM_PROFILE)
+    m = SHERPA_MODELS["Llama3.2-1B"]
+    assert decode_token(m, 64, profile=str(path))["fc_s"] > decode_token(m, 64)["fc_s"]
+
+
 def test_decode_token_and_end_to_end_by_hand():
     """A small model: the host's decode token reads every weight and the
     KV cache at the DRAM's bandwidth; the PIM's is its GEMVs' cycles at the

@@ -261,12 +261,13 @@ def capacity(model: SherpaModel, geometry: Geometry | None = None, out_regs: int
 
 def sherpa_study(seq_lens=SEQ_LENS, host: SherpaHost = SHERPA_HOST,
                  split_bytes: int = SPLIT_BYTES, nc_tokens: int = NC_GEMM_TOKENS,
-                 e2e_points=E2E_POINTS) -> dict:
+                 e2e_points=E2E_POINTS, profile: str = PIM_PROFILE) -> dict:
     """``pimorch run sherpa``: the latency table (Table 2's model, with
     FLOP/B 4 and with the host's), TTFT against input length per method for
-    the latency models, their decode token on the PIM and on the host, the
-    end-to-end time per method against the system without PIM, and
-    capacity per method for every model."""
+    the latency models, their decode token on the PIM (device ``profile``)
+    and on the host, the end-to-end time per method against the system
+    without PIM, the memory attributes' rows, and capacity per method for
+    every model."""
     latency = []
     for name in SHERPA_LATENCY_MODELS:
         model = SHERPA_MODELS[name]
@@ -281,8 +282,8 @@ def sherpa_study(seq_lens=SEQ_LENS, host: SherpaHost = SHERPA_HOST,
                 "copy_wait_ms": round(1e3 * r["copy_wait_s"], 4),
             } for m, r in runs.items()}})
         decode = {where: {k: round(1e3 * v, 4) for k, v in decode_token(
-            model, 1024, host, pim=where == "pim").items()} for where in ("pim", "host")}
-        e2e = [significant(end_to_end(model, sl, n, host, split_bytes, nc_tokens=nc_tokens))
+            model, 1024, host, where == "pim", profile).items()} for where in ("pim", "host")}
+        e2e = [significant(end_to_end(model, sl, n, host, split_bytes, profile, nc_tokens))
                for sl, n in e2e_points]
         latency.append({"model": name, "points": points,
                         "ddb_hides_copies_from": hide_point(model, seq_lens, host, split_bytes),
@@ -296,9 +297,9 @@ def sherpa_study(seq_lens=SEQ_LENS, host: SherpaHost = SHERPA_HOST,
         "latency_table": {m: latency_table(host=replace(host, flop=m))
                           for m in ("table", "host")},
         "split_bytes": split_bytes,
-        "pim_profile": PIM_PROFILE, "nc_gemm_tokens": nc_tokens,
+        "pim_profile": profile, "nc_gemm_tokens": nc_tokens,
         "latency": latency,
-        "memory_attributes": memory_attributes(),
+        "memory_attributes": memory_attributes(profile=profile),
         "capacity": [capacity(m) for m in SHERPA_MODELS.values()],
     }
 
