@@ -544,8 +544,10 @@ def bench_rtl_alu(sim: str) -> dict:
 
 def bench_golden_studies() -> dict:
     """Wall time of the golden-only studies (PIM-SHERPA, heterogeneous
-    training, JIT-Q with the ALU commands it times per second) and the
-    heterogeneous runtime's scheduling rate."""
+    training, JIT-Q with the ALU commands it times per second), the
+    heterogeneous runtime's scheduling rate, and the commands a second of
+    the cycle-exact channel timing a SHERPA decode GEMV (2048 x 2048 on
+    lpddr5x-pim)."""
     from golden.system.hetero import build_graph, hetero_study, profile, rank_offload, run
     from golden.system.jitq_study import jitq_study
     from golden.system.sherpa_study import sherpa_study
@@ -564,9 +566,20 @@ def bench_golden_studies() -> dict:
     start = time.perf_counter()
     jitq = jitq_study()
     jitq_s = time.perf_counter() - start
+    # the SHERPA decode's GEMV on the LPDDR5X-PIM channel, cycle-exact
+    from golden.channel import ChannelModel
+    from golden.system.sherpa import gemv_channel_commands
+    from golden.system.sherpa_study import pim_layout
+
+    cfg, lay = pim_layout(2048, 2048)
+    cmds, beats = gemv_channel_commands(lay, 0, cfg.gbuf_entries)
+    start = time.perf_counter()
+    ChannelModel(cfg).run(cmds, [0] * len(beats))
+    gemv_s = time.perf_counter() - start
     return {"sherpa_wall_s": round(sherpa_s, 2),
             "jitq_wall_s": round(jitq_s, 2),
             "jitq_alu_commands_per_s": round(sum(k["total"] for k in jitq["kernels"]) / jitq_s),
+            "sherpa_pim_gemv_commands_per_s": round(len(cmds) / gemv_s),
             "sherpa_points": sum(len(r["points"]) for r in sherpa["latency"]),
             "hetero_training_wall_s": round(hetero_s, 2),
             "hetero_runtime_ops_per_s": round(len(ops) / run_s)}
