@@ -245,8 +245,12 @@ class ChannelModel:
         always available). ``rdata_pops[j]`` is the cycle read beat j was
         popped (default: as soon as possible)."""
         cmds = [c if isinstance(c, Command) else Command.unpack(c) for c in commands]
-        streams = Streams(self.config, cmds, list(wdata), cmd_arrivals, wdata_arrivals,
-                          rdata_pops)
+        return self.run_streams(Streams(self.config, cmds, list(wdata), cmd_arrivals,
+                                        wdata_arrivals, rdata_pops))
+
+    def run_streams(self, streams: Streams) -> RunResult:
+        """Run the controller on ``streams`` (``run``; a live run's streams,
+        ``golden.hub.fabric``, answer as the module runs)."""
         if self.config.policy in ("static", "pingpong"):
             return self._run_in_order(streams)
 
@@ -265,7 +269,8 @@ class ChannelModel:
         it has one); return the cycle it is dropped in."""
         self._record_error(streams, cmd_id, code, message)
         if cmd.opcode in _WRITES:
-            t = max(t, streams.take_wdata()[0])
+            t = max(t, streams.wdata_ready())
+            streams.take_wdata(t)
         return t
 
     def _halves(self, cmd: Command) -> tuple[int, int]:
@@ -307,12 +312,15 @@ class ChannelModel:
         obuf_read = [0, 0]  # per OBuf half: the last RD-OUT completes here
         mac_halves: tuple[int, int] | None = None
         free = 0  # first cycle the controller can work on the next command
-        for i, cmd in enumerate(streams.commands):
+        i = -1
+        while (cmd := streams.command(i := i + 1)) is not None:
             cmd_id = i % CMD_ID_MOD
-            t = max(streams.cmd_arrivals[i] + 1, free)
+            t = max(streams.arrival(i) + 1, free)
             code, message = self.check(cmd)
             if code != ErrorCode.NONE:
-                free = self._drop(streams, cmd_id, cmd, code, message, t) + 1
+                free = self._drop(streams, cmd_id, cmd, code, message, t)
+                streams.popped(i, free)
+                free += 1
                 continue
             op = Opcode(cmd.opcode)
             g, o = self._halves(cmd)
@@ -344,11 +352,13 @@ class ChannelModel:
                 streams.trace.append(TraceEntry(cmd_id, kind, c))
                 t = c + 1
             if op == Opcode.ACT_AHEAD:
+                streams.popped(i, c)
                 free = t + 1
                 continue
             if op == Opcode.MAC:
                 mac_halves = (g, o)
-            beat = streams.take_wdata()[1] if op in _WRITES else None
+            streams.popped(i, c)
+            beat = streams.take_wdata(c)[1] if op in _WRITES else None
             banks.apply(op, banks.touched(op, cmd), c, cmd.row)
             streams.trace.append(TraceEntry(cmd_id, op, c))
             if op == Opcode.WR_INP:

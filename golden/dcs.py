@@ -162,8 +162,7 @@ def run_dynamic(model, streams: Streams):
     compute_q: deque[Entry] = deque()
     io_q: deque[Entry] = deque()
     fence = False  # an RD/WR waits in the I/O queue
-    cmds = streams.commands
-    n, i = len(cmds), 0
+    i = 0
     fifo_visible = 0  # the next FIFO entry is visible from this cycle (after a pop)
     c, last_progress = 0, 0
 
@@ -208,9 +207,9 @@ def run_dynamic(model, streams: Streams):
             return False
         if not deps_met(e, now):
             return False
-        if e.op in (Opcode.WR_INP, Opcode.WR) and later(streams.wdata_ready()):
+        if e.op in (Opcode.WR_INP, Opcode.WR) and later(streams.wdata_ready(now)):
             return False
-        return not (e.op in (Opcode.RD_OUT, Opcode.RD) and later(streams.read_credit_ready()))
+        return not (e.op in (Opcode.RD_OUT, Opcode.RD) and later(streams.read_credit_ready(now)))
 
     def switch_ready(e: Entry, now: int) -> bool:
         """What a mode switch for ``e`` switches for (its PRE, ACT or
@@ -226,7 +225,7 @@ def run_dynamic(model, streams: Streams):
             return False
         e = q[0]
         if e.op is None:
-            return not later(streams.wdata_ready())
+            return not later(streams.wdata_ready(now))
         return banks.next_action(e.op, e.cmd) is None and access_ok(e, now, device=False)
 
     def try_issue(q: deque[Entry], now: int, switch_ok: bool = True) -> bool:
@@ -237,9 +236,9 @@ def run_dynamic(model, streams: Streams):
             return False
         e = q[0]
         if e.op is None:  # discard: consume the rejected write's beat
-            if later(streams.wdata_ready()):
+            if later(streams.wdata_ready(now)):
                 return False
-            streams.take_wdata()
+            streams.take_wdata(now)
             q.popleft()
             return True
         action = banks.next_action(e.op, e.cmd)
@@ -255,7 +254,7 @@ def run_dynamic(model, streams: Streams):
         if not access_ok(e, now):
             return False
         targets = banks.touched(e.op, e.cmd)
-        beat = streams.take_wdata()[1] if e.op in (Opcode.WR_INP, Opcode.WR) else None
+        beat = streams.take_wdata(now)[1] if e.op in (Opcode.WR_INP, Opcode.WR) else None
         banks.apply(e.op, targets, now, e.cmd.row)
         streams.trace.append(TraceEntry(e.cmd_id, e.op, now))
         streams.issue(now, model._execute(e.cmd, beat))
@@ -292,7 +291,7 @@ def run_dynamic(model, streams: Streams):
         d_table[idx] = cmd_id
         return did
 
-    while i < n or compute_q or io_q:
+    while streams.more(i) or compute_q or io_q:
         occupancy = (len(compute_q), len(io_q))  # before this cycle's issue
         oldest = min((q[0].seq for q in (compute_q, io_q) if q), default=i)
         wake = NEVER
@@ -311,9 +310,10 @@ def run_dynamic(model, streams: Streams):
                           or try_issue(io_q, c, switch_ok=not compute_q
                                        or waits_for_issue(compute_q[0])))
 
-        if (i < n and not later(streams.cmd_arrivals[i] + 1) and not later(fifo_visible)
+        arrival = streams.arrival(i, c) if streams.more(i) else None
+        if (arrival is not None and not later(arrival + 1) and not later(fifo_visible)
                 and not fence and i - oldest < WINDOW):
-            cmd = cmds[i]
+            cmd = streams.command(i)
             cmd_id = i % CMD_ID_MOD
             code, message = model.check(cmd)
             decoded = False
@@ -342,6 +342,7 @@ def run_dynamic(model, streams: Streams):
                     fence = op in _FENCES
                     decoded = True
             if decoded:
+                streams.popped(i, c)
                 i += 1
                 fifo_visible = c + 1
                 progressed = True
@@ -349,7 +350,7 @@ def run_dynamic(model, streams: Streams):
             last_progress = c
             c += 1
             continue
-        if wake - last_progress > STALL_LIMIT:
+        if (compute_q or io_q) and wake - last_progress > STALL_LIMIT:
             raise RuntimeError(f"DCS model made no progress for {STALL_LIMIT} cycles after "
                                f"cycle {last_progress}: compute head "
                                f"{compute_q[0] if compute_q else None}, "

@@ -181,7 +181,29 @@ class Streams:
         self.errors: list[tuple[int, ErrorCode]] = []
         self.status = Status()
 
-    def wdata_ready(self) -> int:
+    # ---- what a controller asks of its streams. ``now``: the controller's
+    # cycle when it asks. Here every cycle is given in advance; a live run
+    # (``golden.hub.fabric``) answers as the module's other blocks decide
+    # them: an exact cycle, or, without ``now``, once it is decided; with
+    # ``now``, a lower bound at least ``now`` while it is not yet decided.
+    def more(self, i: int) -> bool:
+        """Command ``i`` is in the stream or may still come."""
+        return i < len(self.commands)
+
+    def command(self, i: int) -> Command | None:
+        """Command ``i`` (None: the stream has ended before it)."""
+        return self.commands[i] if i < len(self.commands) else None
+
+    def arrival(self, i: int, now: int | None = None) -> int | None:
+        """The cycle command ``i`` was accepted (None: the stream has ended
+        before it)."""
+        return self.cmd_arrivals[i] if i < len(self.cmd_arrivals) else None
+
+    def popped(self, i: int, cycle: int) -> None:
+        """Command ``i`` leaves the command FIFO in ``cycle`` (the in-order
+        controllers: at its access, or its drop; DCS: at its decode)."""
+
+    def wdata_ready(self, now: int | None = None) -> int:
         """Cycle from which the next write beat is visible."""
         k = self.wbeat
         if k >= len(self.wdata):
@@ -189,13 +211,14 @@ class Streams:
                              f"{len(self.wdata)} given")
         return self.wdata_arrivals[k] + 1
 
-    def take_wdata(self) -> tuple[int, np.ndarray]:
+    def take_wdata(self, cycle: int | None = None) -> tuple[int, np.ndarray]:
+        """Pop the next write beat (in ``cycle``, for a live run's FIFO)."""
         ready = self.wdata_ready()
         beat = numerics.words_to_lanes(self.wdata[self.wbeat])
         self.wbeat += 1
         return ready, beat
 
-    def read_credit_ready(self) -> int:
+    def read_credit_ready(self, now: int | None = None) -> int:
         """Earliest cycle a new read may issue: fewer than rdata_depth beats
         issued before it may still be unpopped."""
         j = len(self.read_issue) - self.config.rdata_depth  # waits for beat j's pop

@@ -26,6 +26,7 @@ from golden import energy
 from golden.channel import ChannelModel, Command
 from golden.config import HubConfig
 from golden.hub import HostCall, Hub
+from golden.hub.fabric import TimedHub
 from golden.hub.ports import READS
 from golden.isa import HostOp, HostStatus, Opcode
 from golden.streams import TraceEntry
@@ -126,10 +127,12 @@ def _landing(rec: HubRecord, model: Hub, observed):
 
 
 def check(hub: HubConfig, calls: list[HostCall], rec: HubRecord,
-          channels: bool = True) -> HubCheck:
+          channels: bool = True, closed_loop: bool = False) -> HubCheck:
     """Replay ``calls`` on the golden HUB against ``rec``; raise
     HubScoreboardError at the first difference. ``channels`` also checks
-    every channel's trace (``check_channels``)."""
+    every channel's trace (``check_channels``); ``closed_loop``, for a
+    record of the player's whole session, also that the golden module in
+    closed loop predicts every cycle of it (``predict``)."""
     if len(rec.calls) != len(calls):
         raise HubScoreboardError(f"{len(rec.calls)} of {len(calls)} host calls answered")
     model = Hub(hub)
@@ -177,7 +180,59 @@ def check(hub: HubConfig, calls: list[HostCall], rec: HubRecord,
         if known is not None:
             out.energy = energy.hub_energy(known[0], energies, model.gpr_reads,
                                            model.gpr_writes, model.epu_ops)
+    if closed_loop:
+        predict(hub, calls, rec)
     return out
+
+
+def record_of(model: TimedHub, runs) -> HubRecord:
+    """What the golden module in closed loop (``golden.hub.fabric``) did, as
+    a record: every call's cycles and response, load, handshake and trace
+    entry (``runs``: its channels' runs, ``TimedHub.close``)."""
+    f = model.fabric
+    rec = HubRecord(model.hub.n_channels)
+    rec.calls = [CallRecord(t.accepted, t.responded, code, data)
+                 for t, (code, data) in zip(model.timings, model.responses, strict=True)]
+    rec.loads = list(f.loads)
+    rec.acc, rec.wacc, rec.pops = ([list(x) for x in logs] for logs in (f.acc, f.wacc, f.pops))
+    rec.traces = [[(t.cmd_id, int(t.opcode), t.cycle) for t in r.trace] for r in runs]
+    rec.cycle = max((t.cycle for r in runs for t in r.trace), default=0)
+    return rec
+
+
+def predict(hub: HubConfig, calls: list[HostCall], rec: HubRecord) -> HubRecord:
+    """The golden module in closed loop (``golden.hub.fabric.TimedHub``) on
+    ``calls``, as the player drives them; raise HubScoreboardError at the
+    first cycle it does not predict in ``rec``: a call's accept or
+    response cycle, a multicast load, a command, write-beat or read-beat
+    handshake of a channel, a channel's trace entry. Returns its record."""
+    model = TimedHub(hub)
+    try:
+        for c in calls:
+            model.host(c.op, c.req_id, c.arg_a, c.arg_b, c.data)
+        got = record_of(model, model.close())
+    finally:
+        model.fabric.stop()
+
+    def first(name, a, b, show=lambda x: x):
+        if a != b:
+            i = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                     min(len(a), len(b)))
+            raise HubScoreboardError(
+                f"the golden module in closed loop differs from the RTL at {name} {i}: golden "
+                f"{show(a[i]) if i < len(a) else '(none)'}, RTL "
+                f"{show(b[i]) if i < len(b) else '(none)'}")
+
+    first("call", [(c.accepted, c.responded) for c in got.calls],
+          [(c.accepted, c.responded) for c in rec.calls],
+          lambda x: f"accepted in cycle {x[0]}, response popped in {x[1]}")
+    first("multicast load", got.loads, rec.loads)
+    for c in range(hub.n_channels):
+        first(f"channel {c} command handshake", got.acc[c], rec.acc[c])
+        first(f"channel {c} write-beat handshake", got.wacc[c], rec.wacc[c])
+        first(f"channel {c} read-beat pop", got.pops[c], rec.pops[c])
+        first(f"channel {c} trace entry", got.traces[c], rec.traces[c])
+    return got
 
 
 def check_responses(calls: list[HostCall], got: list[tuple[int, int]],

@@ -73,14 +73,15 @@ class Player:
     def play_hub(self, calls: list) -> tuple:
         """The PIM module (a HubConfig): play host calls in one simulation,
         then score the record against the golden HUB and channels
-        (tb/hub_scoreboard.py). Returns (HubRecord, HubCheck)."""
+        (tb/hub_scoreboard.py), every cycle of it against the golden
+        module in closed loop too. Returns (HubRecord, HubCheck)."""
         from tb import hub_scoreboard
 
         times: dict = {}
         rec = fast.run_hub(self.sim, self.config, calls, self.run_dir, times=times)
         self.sim_wall_s = times["simulator_s"]
         start = time.perf_counter()
-        result = hub_scoreboard.check(self.config, calls, rec)
+        result = hub_scoreboard.check(self.config, calls, rec, closed_loop=True)
         self.check_wall_s = time.perf_counter() - start
         return rec, result
 

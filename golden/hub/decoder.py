@@ -10,6 +10,8 @@ then holds the decoder while the EPU runs (``golden.hub.epu``)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections.abc import Callable
 
 from golden.hub import epu
@@ -44,8 +46,10 @@ class Decoder:
         decoded-command FIFO; return the decoder's next cycle."""
         k, depth = len(self.emissions), self.h.hub.decode_depth
         e = t if k < depth else max(t, self.emissions[k - depth].cycle + 1)
+        # what the register loads next (a timed HUB's channels take it)
+        self.h.offer = Emission(-1, req, mask, cmd, gpr, discard, e)
         load = self.multicast.load(k, e + 1)
-        self.emissions.append(Emission(load, req, mask, cmd, gpr, discard, e))
+        self.emissions.append(dataclasses.replace(self.h.offer, cycle=load))
         op = cmd.opcode
         if op == Opcode.MAC:
             self.h.dirty[cmd.out_idx] = True

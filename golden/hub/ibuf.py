@@ -50,6 +50,8 @@ class InstructionBuffer:
             return Response(HostStatus.BAD_ARG)
         check = check_program(self.words[:length], self.hub)
         self.length, self.fault = length, check.fault
+        #: words the commit walk visited (one a cycle) before it answered
+        self.walked = check.index
         self.tokens_per_chunk = tokens_per_chunk
         if not check.ok:
             return Response(HostStatus.FAULT, int(check.fault) | check.index << COMMIT_INDEX_SHIFT)

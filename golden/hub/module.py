@@ -73,6 +73,8 @@ class Hub:
         #: reset: what ``golden.energy.hub_energy`` prices
         self.epu_ops = dict.fromkeys(epu.OPS, 0)
         self.last_step: StepResult | None = None
+        #: the emission the multicast register loads next (``Decoder.emit``)
+        self.offer: Emission | None = None
 
     @property
     def strict(self) -> bool:
@@ -130,15 +132,23 @@ class Hub:
         return self._raw(arg_a, arg_b, data)
 
     def _raw(self, ch_mask, gpr, data) -> Response:
+        emission = self.raw_emission(ch_mask, gpr, data)
+        if emission is None:
+            return Response(HostStatus.BAD_ARG)
+        self.send([emission])
+        return Response(HostStatus.OK)
+
+    def raw_emission(self, ch_mask, gpr, data) -> Emission | None:
+        """A RAW host operation's command for the multicast register, or
+        None when the HUB refuses it (BAD_ARG)."""
         n = self.hub.n_channels
         cmd = Command.unpack(data & ((1 << COMMAND_BITS) - 1))
         code, _ = self.channels[0].check(cmd)
         read = cmd.opcode in READS
         if code != ErrorCode.NONE or ch_mask == 0 or ch_mask >> n \
                 or not 0 <= gpr <= self.hub.gpr_entries - (n if read else 1):
-            return Response(HostStatus.BAD_ARG)
-        self.send([Emission(0, None, ch_mask, cmd, gpr)])
-        return Response(HostStatus.OK)
+            return None
+        return Emission(0, None, ch_mask, cmd, gpr)
 
     # ---- the decode step -------------------------------------------------
     def step(self, start: int = 0, accept: Callable[[int, int], int] | None = None,
@@ -217,6 +227,10 @@ class Hub:
                 self.gpr_reads += 1
             elif e.command.opcode in READS and not e.discard:
                 self.gpr_writes += e.ch_mask.bit_count()
+        self._deliver(emissions)
+
+    def _deliver(self, emissions: list[Emission]) -> None:
+        """The emissions' data effects: the channel models run them."""
         deliver(emissions, self.channels, self.gpr, self.streams)
 
     # ---- convenience for hosts and tests -----------------------------------
