@@ -11,7 +11,6 @@ then holds the decoder while the EPU runs (``golden.hub.epu``)."""
 from __future__ import annotations
 
 import dataclasses
-
 from collections.abc import Callable
 
 from golden.hub import epu

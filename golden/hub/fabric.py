@@ -59,7 +59,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from golden import numerics
-from golden.channel import ChannelModel
 from golden.config import HubConfig
 from golden.hub.module import Hub
 from golden.hub.multicast import Emission
