@@ -481,9 +481,17 @@ def cmd_decode(args) -> int:
         print(f"sequence {i}: prompt {q['prompt']}, {q['new_tokens']} new tokens "
               f"{q['tokens'][q['prompt']:]}; worst logit error {q['max_error']:.4f} of the "
               f"largest; greedy differs at {len(q['greedy_differs'])} steps", file=sys.stderr)
+    cyc = r["cycles"]
     for kind, p in r["programs"].items():
+        c = cyc["programs"][kind]
         print(f"{kind}: {p['steps']} STEPs, {p['requests']} request runs, {p['commands']} "
-              f"channel commands, {p['epu_cycles']} EPU cycles", file=sys.stderr)
+              f"channel commands, {p['epu_cycles']} EPU cycles; {c['cycles']} module cycles "
+              f"({c['cycles'] / c['steps']:.0f} a STEP, at most {c['max_step_cycles']})",
+              file=sys.stderr)
+    lock = cyc["lock_step_cycles"]
+    print(f"module cycles (golden, closed loop): {cyc['last_response']} to the last response; "
+          f"per lock step (a token of every active sequence) {min(lock)}-{max(lock)}, "
+          f"{sum(lock) / len(lock):.0f} on average", file=sys.stderr)
     if args.rtl:
         from sim import fast
 
@@ -492,15 +500,9 @@ def cmd_decode(args) -> int:
               f"(building it if needed) ...", file=sys.stderr)
         t = fast.play_decode(args.rtl, dec, run_dir)
         r["rtl"] = t
-        print(f"RTL ({args.rtl}): every response and channel trace equal to golden; "
-              f"{t['module_cycles']} module cycles", file=sys.stderr)
-        for kind, p in t["programs"].items():
-            print(f"  {kind}: {p['steps']} STEPs, {p['cycles']} cycles "
-                  f"({p['cycles'] / p['steps']:.0f} a STEP, at most {p['max_step_cycles']})",
-                  file=sys.stderr)
-        lock = t["lock_step_cycles"]
-        print(f"  per lock step (a token of every active sequence): {min(lock)}-{max(lock)} "
-              f"cycles, {sum(lock) / len(lock):.0f} on average", file=sys.stderr)
+        print(f"RTL ({args.rtl}): every response, handshake and channel trace equal to "
+              f"golden, every cycle as the closed loop predicted ({t['last_response']} to the "
+              f"last response, {t['module_cycles']} with the channels quiet)", file=sys.stderr)
     if args.json:
         _emit(r, args.json)
     return 0

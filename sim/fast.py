@@ -366,36 +366,23 @@ def play_decode(sim: str, dec, run_dir: Path) -> dict:
     """Replay a golden decode (``golden.hub.decode.PimDecoder``: every host
     call it made) on the RTL PIM module of its configuration in one
     standalone simulation; score the record against the golden HUB and
-    channels (tb/hub_scoreboard.py) and every response against what the
-    golden decoder got. Returns the module's cycles: per program kind
-    (attention, FC) its STEPs' cycles (STEP accepted to its response: the
-    decoder's expansion, the channels' work, the EPU and every read beat
-    in the GPR), and per lock step (a token of every active sequence)
-    from its first host call to its last response."""
-    from golden.hub.decode import program_kind
-    from golden.isa import HostOp
+    channels (tb/hub_scoreboard.py), every cycle of it against the golden
+    module in closed loop, and every response against what the golden
+    decoder got. Returns the module's cycles as the RTL took them
+    (``golden.hub.decode.module_cycles``: per program kind its STEPs' cycles,
+    per lock step its cycles) and the run's."""
+    from golden.hub.decode import module_cycles
     from tb import hub_scoreboard
 
     times: dict = {}
     calls = dec.h.calls
     rec = run_hub(sim, dec.hub, calls, run_dir, times=times)
     t0 = time.perf_counter()
-    check = hub_scoreboard.check(dec.hub, calls, rec)
-    check_s = time.perf_counter() - t0
     hub_scoreboard.check_responses(calls, [(c.code, c.data) for c in rec.calls],
                                    dec.h.responses)
-    steps = [r for c, r in zip(calls, rec.calls, strict=True) if c.op == HostOp.STEP]
-    programs: dict[str, dict] = {}
-    for (name, *_), r in zip(dec.steps, steps, strict=True):
-        row = programs.setdefault(program_kind(name),
-                                  {"steps": 0, "cycles": 0, "max_step_cycles": 0})
-        row["steps"] += 1
-        row["cycles"] += r.responded - r.accepted
-        row["max_step_cycles"] = max(row["max_step_cycles"], r.responded - r.accepted)
-    bounds = [*dec.step_calls, len(calls)]
-    lock = [rec.calls[bounds[i + 1] - 1].responded - rec.calls[bounds[i]].accepted
-            for i in range(len(bounds) - 1)]
+    check = hub_scoreboard.check(dec.hub, calls, rec, closed_loop=True)
+    check_s = time.perf_counter() - t0
     return {"simulator": sim, "module_cycles": rec.cycle, "host_calls": len(calls),
             "channel_commands": check.channel_commands, "epu_runs": check.epu_runs,
-            "programs": programs, "lock_step_cycles": lock,
+            **module_cycles(dec, rec.calls),
             "simulator_s": round(times["simulator_s"], 2), "check_s": round(check_s, 2)}

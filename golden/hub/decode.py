@@ -42,6 +42,7 @@ import numpy as np
 from golden import numerics
 from golden.config import HubConfig
 from golden.hub.lowering import AttentionLayout, FcLayout, small_attention_hub
+from golden.hub.fabric import TimedHub
 from golden.hub.module import Hub
 from golden.hub.session import KEY_STAGING, ChunkAllocator, HostCall
 from golden.isa import LANES, HostOp, HostStatus, Opcode
@@ -183,21 +184,20 @@ class Sequence:
         return self.prompt[n] if n < len(self.prompt) else int(np.argmax(self.logits[-1]))
 
 
-class RecordingHub(Hub):
-    """A golden HUB that keeps every host operation it is given, in order
-    (``calls``): the session that replays a decode on the RTL module."""
+class RecordingHub(TimedHub):
+    """The golden module in closed loop (``golden.hub.fabric.TimedHub``: each
+    call's cycles in ``timings``, its answer in ``responses``) that keeps
+    every host operation it is given, in order (``calls``): the session
+    that replays a decode on the RTL module."""
 
     def __init__(self, hub: HubConfig, strict: bool = False):
         super().__init__(hub, strict)
         self.calls: list[HostCall] = []
-        self.responses: list[tuple[int, int]] = []  # (code, data) of each call
 
     def host(self, op: int, req_id: int = 0, arg_a: int = 0, arg_b: int = 0, data: int = 0,
              **kw):
         self.calls.append(HostCall(HostOp(op), req_id, arg_a, arg_b, data))
-        rsp = super().host(op, req_id, arg_a, arg_b, data, **kw)
-        self.responses.append((int(rsp.code), rsp.data))
-        return rsp
+        return super().host(op, req_id, arg_a, arg_b, data, **kw)
 
 
 def write_words(h: Hub, req: int, words: dict[tuple[int, int, int], np.ndarray]) -> None:
@@ -551,9 +551,36 @@ def decode_study(model: TinyModel, prompt_lengths: list[int], new_tokens: list[i
                                       max_tokens, kv_chunks, channels, partition))
 
 
+def module_cycles(dec: PimDecoder, timings) -> dict:
+    """The module's cycles of ``dec``'s session from each host call's
+    ``accepted`` and ``responded`` cycles (``timings``: the golden module
+    in closed loop's, ``TimedHub.timings``, or an RTL record's calls): per
+    program kind (attention, FC) its STEPs' cycles (STEP accepted to its
+    response popped: the decoder's expansion, the channels' work, the EPU
+    and every read beat in the GPR), per lock step (a token of every active
+    sequence) from its first host call to its last response, and the last
+    response's cycle."""
+    calls = dec.h.calls
+    steps = [r for c, r in zip(calls, timings, strict=True) if c.op == HostOp.STEP]
+    programs: dict[str, dict] = {}
+    for (name, *_), r in zip(dec.steps, steps, strict=True):
+        row = programs.setdefault(program_kind(name),
+                                  {"steps": 0, "cycles": 0, "max_step_cycles": 0})
+        row["steps"] += 1
+        row["cycles"] += r.responded - r.accepted
+        row["max_step_cycles"] = max(row["max_step_cycles"], r.responded - r.accepted)
+    bounds = [*dec.step_calls, len(calls)]
+    lock = [timings[bounds[i + 1] - 1].responded - timings[bounds[i]].accepted
+            for i in range(len(bounds) - 1)]
+    return {"last_response": timings[-1].responded if timings else 0,
+            "programs": programs, "lock_step_cycles": lock}
+
+
 def decode_summary(dec: PimDecoder, seqs: list[Sequence]) -> dict:
     """A decode's sequences against the float32 reference, with the
-    programs' totals (STEPs, requests run, channel commands, EPU cycles)."""
+    programs' totals (STEPs, requests run, channel commands, EPU cycles)
+    and the module's cycles (``module_cycles``, the golden module in
+    closed loop)."""
     model, slots = dec.m, dec.slots
     rows = compare(model, seqs)
     by = {}
@@ -567,4 +594,5 @@ def decode_summary(dec: PimDecoder, seqs: list[Sequence]) -> dict:
             "slots": slots, "channels": dec.hub.n_channels, "partition": dec.partition,
             "policy": dec.hub.channel.policy, "hub": dec.hub.describe(),
             "tokens_per_chunk": dec.att.tokens_per_chunk, "weight_chunks": dec.weight_chunks,
-            "sequences": rows, "programs": by}
+            "sequences": rows, "programs": by,
+            "cycles": module_cycles(dec, dec.h.timings)}
