@@ -41,8 +41,8 @@ import numpy as np
 
 from golden import numerics
 from golden.config import HubConfig
-from golden.hub.lowering import AttentionLayout, FcLayout, small_attention_hub
 from golden.hub.fabric import TimedHub
+from golden.hub.lowering import AttentionLayout, FcLayout, small_attention_hub
 from golden.hub.module import Hub
 from golden.hub.session import KEY_STAGING, ChunkAllocator, HostCall
 from golden.isa import LANES, HostOp, HostStatus, Opcode

@@ -118,25 +118,32 @@ class Shape:
         return f"{self.kind}:{self.d}:{self.group}"
 
 
-def labels(cfg: ChannelConfig, kernel: Kernel) -> dict[str, int]:
-    """Run ``kernel`` cycle-exactly; its cycles split into labels."""
-    r = ChannelModel(cfg).run(kernel.commands, kernel.wdata)
+def trace_labels(cfg: ChannelConfig, trace, lo: int, hi: int) -> dict[str, int]:
+    """The cycles ``lo .. hi - 1`` of a channel's ``trace`` split into labels
+    (the module docstring's, in its priority)."""
     tm = cfg.timing
-    span = r.cycles + max(tm.mac_ccd, tm.t_rfc, tm.t_modch, tm.t_rcd, tm.t_rp) + 1
+    span = hi - lo
     windows = {lab: np.zeros(span, dtype=bool) for lab in ("mac", "refresh", "mode", "act_pre")}
     width = {Opcode.MAC: ("mac", tm.mac_ccd), Opcode.REF: ("refresh", tm.t_rfc),
              Opcode.MODE: ("mode", tm.t_modch), Opcode.ACT: ("act_pre", tm.t_rcd),
              Opcode.PRE: ("act_pre", tm.t_rp)}
-    for e in r.trace:
+    for e in trace:
         if e.opcode in width:
             lab, n = width[e.opcode]
-            windows[lab][e.cycle:e.cycle + n] = True
-    out, taken = {"cycles": r.cycles}, np.zeros(r.cycles, dtype=bool)
+            windows[lab][max(e.cycle - lo, 0):max(e.cycle + n - lo, 0)] = True
+    out, taken = {"cycles": span}, np.zeros(span, dtype=bool)
     for lab, w in windows.items():  # in priority order
-        mine = w[:r.cycles] & ~taken
+        mine = w & ~taken
         out[lab] = int(mine.sum())
         taken |= mine
-    out["io"] = r.cycles - int(taken.sum())
+    out["io"] = span - int(taken.sum())
+    return out
+
+
+def labels(cfg: ChannelConfig, kernel: Kernel) -> dict[str, int]:
+    """Run ``kernel`` cycle-exactly; its cycles split into labels."""
+    r = ChannelModel(cfg).run(kernel.commands, kernel.wdata)
+    out = trace_labels(cfg, r.trace, 0, r.cycles)
     # the energy counts, refreshes among them
     return {**out, **energy_model.trace_counts(cfg, kernel.commands, r.trace, r.cycles)}
 

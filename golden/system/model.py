@@ -79,6 +79,7 @@ from golden.hub.lowering import attention_epu_cycles, attention_epu_op_counts
 from golden.isa import LANES
 from golden.system import overlap, sweep
 from golden.system.kernel_timing import MODES, KernelTimer, Shape
+from golden.system.module_timing import AttentionModule, attention_step
 from golden.system.reference import CHUNK_BYTES, CXL, GB, Gpu, Model, System
 
 PARTITIONS = ("hfp", "tcp")
@@ -459,13 +460,15 @@ _ATTENTION = (("attention_mac", "mac"), ("act_pre", "act_pre"), ("attention_io",
 def _attention(model: Model, lens: np.ndarray, requests: np.ndarray, kvh: int, partition: str,
                timer: KernelTimer, rate: float, ch_iv: int, sub: int,
                slots: bool, kv_ch: int | None = None,
-               epu_k: int | None = None) -> dict | None:
+               epu_k: int | None = None, module: AttentionModule | None = None) -> dict | None:
     """One module's attention, per layer, for the requests ``requests``
     (indices in the batch; their lengths ``lens``), in channel cycles: the
     critical channel's ``labels``, the ``phase`` (the channel busy longest,
     with the softmax and reduction on the HUB's EPU reading ``epu_k`` words
     a cycle, :func:`epu_words_per_cycle`, or with ``epu_k`` None on the
-    near-memory processors at ``rate`` elements a cycle, :func:`vector_rate`),
+    near-memory processors at ``rate`` elements a cycle, :func:`vector_rate`;
+    with a ``module`` under TCP, the cycles and labels of its attention STEP
+    on the golden module in closed loop, ``golden.system.module_timing``),
     the vector unit's busy cycles ``vector``, MAC and busy
     profile-channel-cycles, and per Table IV channel its PIM ``load`` and,
     with ``slots``, the weight reads that fit beside that load
@@ -492,6 +495,15 @@ def _attention(model: Model, lens: np.ndarray, requests: np.ndarray, kvh: int, p
         labels["reduction"] = float(vcyc.sum())
         kernels = float(q["cycles"].sum() + s["cycles"].sum())
         phase, load = kernels + labels["reduction"], np.array([kernels])
+        if module is not None:  # the module's own STEP, the K/V append's tail in it
+            if module.hub.n_channels != ch:
+                raise ConfigError(f"the attention module has {module.hub.n_channels} "
+                                  f"channels, the stage {ch}")
+            st = attention_step(module.hub, model.d_head, model.group,
+                                tuple(int(p) for p in pairs), module.max_tokens)
+            labels = {name: float(st.labels[lab]) for name, lab in _ATTENTION}
+            labels["reduction"] = float(st.labels["reduction"])
+            phase, load = float(st.cycles), np.array([float(st.cycles - st.epu_cycles)])
         kslots = (np.array([timer.slots(qk, uq).sum() + timer.slots(svs, us).sum()])
                   if slots else None)
         mac = ch * int(q["mac"].sum() + s["mac"].sum())
