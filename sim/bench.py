@@ -388,21 +388,33 @@ def bench_rtl_kernel(sim: str, tokens: int = 1024) -> dict:
 
 
 def bench_golden_hub() -> dict:
-    """The golden HUB replaying the QK^T session of tb/test_hub.py."""
+    """The golden HUB replaying the QK^T session of tb/test_hub.py, and
+    beside it the golden module in closed loop (golden.hub.fabric: the
+    channels live, every cycle of the session predicted) on the same calls."""
     from golden.config import small_hub_config
     from golden.hub import Hub, qkt_session
+    from golden.hub.fabric import TimedHub
 
     hub = small_hub_config()
     session = qkt_session(hub, d_head=32, t0={0: 254, 1: 120}, steps=4)
-    start = time.perf_counter()
-    h = Hub(hub)
-    for c in session.calls:
-        h.host(c.op, c.req_id, c.arg_a, c.arg_b, c.data)
-    wall = time.perf_counter() - start
+    walls = {}
+    for name, make in (("open", Hub), ("closed", TimedHub)):
+        start = time.perf_counter()
+        h = make(hub)
+        for c in session.calls:
+            h.host(c.op, c.req_id, c.arg_a, c.arg_b, c.data)
+        if name == "closed":
+            h.close()
+            cycles = h.timings[-1].responded
+        walls[name] = time.perf_counter() - start
+    wall = walls["open"]
     commands = sum(len(s) for s in h.streams)
     return {"host_calls": len(session.calls), "channel_commands": commands,
             "wall_s": round(wall, 3), "host_calls_per_s": round(len(session.calls) / wall),
-            "channel_commands_per_s": round(commands / wall)}
+            "channel_commands_per_s": round(commands / wall),
+            "closed_loop_wall_s": round(walls["closed"], 3), "module_cycles": cycles,
+            "closed_loop_cycles_per_s": round(cycles / walls["closed"]),
+            "closed_over_open_wall": round(walls["closed"] / wall, 2)}
 
 
 def bench_golden_epu(scores: int = 65536, repeat: int = 3) -> dict:
@@ -429,8 +441,9 @@ def bench_golden_epu(scores: int = 65536, repeat: int = 3) -> dict:
 def bench_golden_decode() -> dict:
     """The small transformer decoded on the golden PIM module
     (golden.hub.decode, GQA 4 query heads over 2 KV heads, 3 sequences of
-    unequal length over 2 slots) with the float32 reference: tokens a
-    second of the whole run, and the worst logit error."""
+    unequal length over 2 slots, the module in closed loop) with the
+    float32 reference: tokens and module cycles a second of the whole run,
+    and the worst logit error."""
     from golden.hub.decode import TinyModel, decode_study
 
     start = time.perf_counter()
@@ -438,9 +451,11 @@ def bench_golden_decode() -> dict:
     wall = time.perf_counter() - start
     tokens = sum(len(q["tokens"]) for q in r["sequences"])
     commands = sum(p["commands"] for p in r["programs"].values())
+    cycles = r["cycles"]["last_response"]
     return {"tokens": tokens, "channel_commands": commands, "wall_s": round(wall, 3),
             "tokens_per_s": round(tokens / wall, 1),
             "channel_commands_per_s": round(commands / wall),
+            "module_cycles": cycles, "module_cycles_per_s": round(cycles / wall),
             "max_logit_error": round(max(q["max_error"] for q in r["sequences"]), 4)}
 
 

@@ -492,6 +492,17 @@ def cmd_decode(args) -> int:
     print(f"module cycles (golden, closed loop): {cyc['last_response']} to the last response; "
           f"per lock step (a token of every active sequence) {min(lock)}-{max(lock)}, "
           f"{sum(lock) / len(lock):.0f} on average", file=sys.stderr)
+    if args.system_model:
+        from golden.system.module_timing import against_decode
+
+        try:
+            r["system_model"] = sm = against_decode(dec)
+        except ValueError as e:
+            raise ConfigError(f"--system-model: {e}") from None
+        print(f"system model over the {len(sm['steps'])} attention STEPs' cycles (min, "
+              f"median, max): on the module {sm['module']['min']}, {sm['module']['median']}, "
+              f"{sm['module']['max']}; by its kernels {sm['kernels']['min']}, "
+              f"{sm['kernels']['median']}, {sm['kernels']['max']}", file=sys.stderr)
     if args.rtl:
         from sim import fast
 
@@ -880,6 +891,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "verilator), check it against golden and report its cycles")
     s.add_argument("--rtl-dir", default="build/decode-rtl",
                    help="run folder of --rtl (the record and logs)")
+    s.add_argument("--system-model", action="store_true",
+                   help="also time every attention STEP with the system model (on the "
+                        "module, and by its kernels) against the decode's own cycles (TCP)")
     s.add_argument("--seed", type=int, default=0, help="weights and prompts")
     s.add_argument("--json", metavar="FILE", help="write JSON to FILE ('-' for stdout)")
     s.set_defaults(func=cmd_decode)

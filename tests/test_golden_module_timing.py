@@ -9,20 +9,18 @@ import numpy as np
 import pytest
 
 from golden.config import ConfigError
-from golden.hub.decode import decode, random_sequences
-from golden.isa import HostOp
+from golden.hub.decode import TinyModel, decode, random_sequences
 from golden.system.kernel_timing import KernelTimer
 from golden.system.model import _attention
-from golden.system.module_timing import AttentionModule, attention_step
-from golden.system.reference import Model
+from golden.system.module_timing import (
+    AttentionModule,
+    against_decode,
+    attention_step,
+    system_model_of,
+)
 from tb.hub_stimulus import DECODE_MODEL, DECODE_SLOTS, decode_rtl_hub
 
 MAX_TOKENS = 32
-
-
-def _system_model(m) -> Model:
-    return Model("tiny", m.layers, m.heads, m.d_head, m.d_model, m.d_ff, m.group, MAX_TOKENS,
-                 "the decode tests' TinyModel", (), 1)
 
 
 def _phase(hub, model, lens, module):
@@ -38,26 +36,31 @@ def test_system_model_attention_agrees_with_the_executable_decode():
     of the STEP's cycles in the executable path (the golden closed loop,
     which the RTL player tests hold to the RTL); the kernels alone, which
     charge no append and a row activation per kernel, are off by more than
-    10 % at some step."""
+    10 % at some step. An HFP decode is refused."""
     hub, m = decode_rtl_hub(), DECODE_MODEL
     seqs = random_sequences(m, [20, 9], [2, 2], seed=0)
     dec = decode(m, seqs, DECODE_SLOTS, max_tokens=MAX_TOKENS, hub=hub)
-    steps = [r for c, r in zip(dec.h.calls, dec.h.timings, strict=True) if c.op == HostOp.STEP]
-    att = [r.responded - r.accepted for (name, *_), r in zip(dec.steps, steps, strict=True)
-           if name.startswith("attention")]
-    lengths = [len(q.prompt) + q.new_tokens for q in seqs]
-    want = [tuple(t for n in lengths if n >= t) for t in range(1, max(lengths) + 1)
-            for _ in range(m.layers)]
-    assert len(att) == len(want) == 2 * 22
-    model, module = _system_model(m), AttentionModule(hub, MAX_TOKENS)
-    worst = kernels = 0.0
-    for cycles, lens in zip(att, want, strict=True):
-        a = _phase(hub, model, lens, module)
-        worst = max(worst, abs(a["phase"] / cycles - 1))
-        assert abs(a["phase"] / cycles - 1) <= 0.02, (lens, a["phase"], cycles)
-        assert sum(a["labels"].values()) == pytest.approx(a["phase"])
-        kernels = max(kernels, abs(_phase(hub, model, lens, None)["phase"] / cycles - 1))
-    assert 0 < worst <= 0.02 < 0.1 < kernels  # (the isolated STEP is not the decode's own run)
+    r = against_decode(dec)
+    rows = r["steps"]
+    assert len(rows) == 2 * 22 and rows[0]["t_curs"] == [1, 1] and rows[-1]["t_curs"] == [22]
+    assert rows[2 * 11]["t_curs"] == [12]  # the shorter sequence done after 11 tokens
+    for row in rows:
+        assert abs(row["module"] / row["cycles"] - 1) <= 0.02, row
+        assert row["cycles"] in [t.responded - t.accepted for t in dec.h.timings]
+    assert 0.98 <= r["module"]["min"] and r["module"]["max"] <= 1.02
+    assert r["module"]["max"] > 1  # the isolated STEP is not the decode's own run
+    assert r["kernels"]["min"] < 0.9
+    gqa = TinyModel(heads=4, kv_heads=2)  # a request per (sequence, KV head)
+    r = against_decode(decode(gqa, random_sequences(gqa, [6], [1], seed=1), 1, max_tokens=16))
+    assert [row["t_curs"] for row in r["steps"][::gqa.layers]] == [[t, t] for t in range(1, 8)]
+    assert 0.98 <= r["module"]["min"] and r["module"]["max"] <= 1.02
+    model = system_model_of(m, MAX_TOKENS)
+    a = _phase(hub, model, [5, 5], AttentionModule(hub, MAX_TOKENS))
+    assert sum(a["labels"].values()) == pytest.approx(a["phase"])
+    hfp = decode(m, random_sequences(m, [2], [1], seed=0), DECODE_SLOTS,
+                 max_tokens=MAX_TOKENS, hub=hub, partition="hfp")
+    with pytest.raises(ValueError, match="under TCP only"):
+        against_decode(hfp)
 
 
 def test_module_step_parts():
@@ -77,6 +80,6 @@ def test_module_step_parts():
     with pytest.raises(ValueError, match="requests, the HUB has"):
         attention_step(hub, m.d_head, m.group, (1,) * (hub.requests + 1), MAX_TOKENS)
     with pytest.raises(ConfigError, match="channels, the stage"):
-        _attention(_system_model(m), np.array([3]), np.arange(1), 1, "tcp",
+        _attention(system_model_of(m, MAX_TOKENS), np.array([3]), np.arange(1), 1, "tcp",
                    KernelTimer(hub.channel, "exact"), 1.0, 4, 1, False, epu_k=1,
                    module=AttentionModule(hub, MAX_TOKENS))

@@ -299,6 +299,8 @@ class PimDecoder:
         self.loaded: str | None = None
         #: per STEP: (program, requests run, channel commands, EPU cycles)
         self.steps: list[tuple[str, int, int, int]] = []
+        #: per STEP: the T_cur of each request it ran, in request order
+        self.step_t_curs: list[tuple[int, ...]] = []
         #: per lock step (a token of every active sequence): its first host call
         self.step_calls: list[int] = []
 
@@ -358,6 +360,7 @@ class PimDecoder:
         res = self.h.last_step
         if res.ran != sorted(reqs):
             raise RuntimeError(f"{name}: ran {res.ran}, not {sorted(reqs)}")
+        self.step_t_curs.append(tuple(self.h.requests[r].t_cur - 1 for r in res.ran))
         self.steps.append((name, len(reqs), len(res.emissions),
                            sum(c for *_, c in res.epu_runs)))
 
