@@ -632,12 +632,34 @@ def _energy_factors(pairs, study: str) -> dict[str, float]:
     return out
 
 
+#: the JIT-Q GPU's assumptions ``--set gpu.KEY=VALUE`` may change (positive numbers)
+JITQ_GPU_KEYS = ("bf16_tflops", "mx9_tflops", "mx6_tflops", "mx4_tflops", "cu_clock_ghz",
+                 "pim_commands_per_cu_clock", "memory_efficiency")
+
+
 def cmd_jitq(args) -> int:
+    import dataclasses
+
+    from golden.config import number_setting
     from golden.system.jitq_study import jitq_study
-    from golden.system.reference import JITQ_MODELS
+    from golden.system.reference import JITQ_GPU, JITQ_MODELS
 
     models = _name_list(args.models, JITQ_MODELS, "--models", "model")
-    _emit(jitq_study(models, scale=_energy_factors(args.set, "jitq")), args.json)
+    gpu, energy_pairs = {}, []
+    for pair in args.set or []:
+        if not pair.startswith("gpu."):
+            energy_pairs.append(pair)
+            continue
+        key, v = number_setting(
+            pair, lambda k: k.removeprefix("gpu.") in JITQ_GPU_KEYS,
+            f"jitq takes gpu.KEY=VALUE with KEY one of {', '.join(JITQ_GPU_KEYS)}", 1e6,
+            "a positive number")
+        if v <= 0 or (key == "gpu.memory_efficiency" and v > 1):
+            raise ConfigError(f"--set {key}: {v:g} is not a positive number"
+                              + (" up to 1" if key == "gpu.memory_efficiency" else ""))
+        gpu[key.removeprefix("gpu.")] = v
+    _emit(jitq_study(models, gpu=dataclasses.replace(JITQ_GPU, **gpu),
+                     scale=_energy_factors(energy_pairs, "jitq")), args.json)
     return 0
 
 
@@ -775,7 +797,7 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--set", action="append", metavar="KEY=VALUE",
                        help="override a geometry or timing key, e.g. --set banks=8; system "
                             "studies: a scenario key; hetero-training: an energy key; jitq: "
-                            "energy.KEY=FACTOR")
+                            "energy.KEY=FACTOR or gpu.KEY=VALUE (an assumption of its GPU)")
         s.add_argument("--seed", type=_int_in(0, SEED_MAX), default=0)
         s.add_argument("--json", metavar="FILE", help="write JSON to FILE ('-' for stdout)")
 

@@ -188,6 +188,13 @@ def test_cli_jitq_json(capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["shift_reduction"]["MX9"]["ratio"] == 3
     assert data["models"][0]["formats"]["MX4"]["sources"]["fp32"]["placements"]["tiled"]
+    assert main(["run", "jitq", "--models", "bert-345M", "--set", "gpu.mx6_tflops=362",
+                 "--json", "-"]) == 0
+    fast = json.loads(capsys.readouterr().out)
+    assert fast["gpu"]["mx6_tflops"] == 362
+    for f in ("MX9", "MX6"):
+        was, now = (d["models"][0]["formats"][f]["forward_ms"] for d in (data, fast))
+        assert (now < was) if f == "MX6" else now == was
 
 
 SMALL_PIMPHONY = ["--scheduler", "serial", "--set", "models=LLM-7B-128K", "--set",
@@ -305,6 +312,9 @@ def test_cli_librapim_npu_sweep_plot(tmp_path, capsys):
     (["run", "sherpa", "--split-bytes", "0"], "--split-bytes: must be in [4096,"),
     (["run", "hetero-training", "--workloads", "VGG"], "unknown workload 'VGG'"),
     (["run", "jitq", "--models", "gpt-4"], "unknown model 'gpt-4'"),
+    (["run", "jitq", "--set", "gpu.cus=8"], "jitq takes gpu.KEY=VALUE with KEY one of"),
+    (["run", "jitq", "--set", "gpu.mx6_tflops=0"], "gpu.mx6_tflops: 0 is not a positive"),
+    (["run", "jitq", "--set", "gpu.memory_efficiency=2"], "up to 1"),
     (["run", "hetero-training", "--offload-fraction", "2"], "--offload-fraction must be in"),
     (["run", "hetero-training", "--set", "fixed_hz=1"], "hetero-training takes KEY=VALUE"),
     (["sim", "--stream-commands", "0"], "--stream-commands: must be in [1, 10000000]"),

@@ -5,13 +5,16 @@ from dataclasses import replace
 import pytest
 
 from golden.alu import AluChannel, AluConfig, KernelLayout, kernel
-from golden.mx import FORMATS, MX6
+from golden.mx import FORMATS, MX6, MX9
 from golden.system.jitq_study import (
     STATE_BYTES,
+    _pim_seconds,
     capacity_gb,
     gemm_seconds,
     jitq_study,
+    pcs_per_cu,
     rows_needed,
+    schedule,
 )
 from golden.system.reference import JITQ_GPU, JITQ_MODELS
 
@@ -50,44 +53,99 @@ def test_shift_reduction_and_kernel_ordering(study):
 
 
 def test_gemm_time_by_hand():
+    """A block's forward GEMMs and the backward ones (twice the work), each
+    max(compute at the format's throughput, bytes at 90 % of the
+    bandwidth); a format's own throughput moves only its GEMMs."""
     m = JITQ_MODELS["bert-345M"]
     g = gemm_seconds(m, MX6)
     s, b, h = 512, 8, 1024
-    flops = 3 * (2 * s * b * 12 * h * h + 4 * s * s * b * h)
-    assert g["compute"] == pytest.approx(flops / 181e12)
-    nbytes = 3 * (12 * h * h * 6 / 8 + 16 * s * b * h)
-    assert g["memory"] == pytest.approx(nbytes / (0.9 * 1638.4e9))
-    assert g["seconds"] == max(g["compute"], g["memory"])
+    flops = 2 * s * b * 12 * h * h + 4 * s * s * b * h
+    nbytes = 12 * h * h * 6 / 8 + 16 * s * b * h
+    for name, k in (("forward", 1), ("backward", 2)):
+        assert g[name]["compute"] == pytest.approx(k * flops / 181e12)
+        assert g[name]["memory"] == pytest.approx(k * nbytes / (0.9 * 1638.4e9))
+        assert g[name]["seconds"] == max(g[name]["compute"], g[name]["memory"])
+    assert g["seconds"] == pytest.approx(g["forward"]["seconds"] + g["backward"]["seconds"])
+    fast = replace(JITQ_GPU, mx6_tflops=362.0)
+    assert gemm_seconds(m, MX6, fast)["compute"] == pytest.approx(g["compute"] / 2)
+    assert gemm_seconds(m, MX9, fast)["compute"] == gemm_seconds(m, MX9)["compute"]
 
 
 def test_capacity_by_hand():
+    """Masters and state, activations, and the quantized weights: both
+    copies of every layer, one, or JIT-Q's temporary copies (row and
+    column) of one block, of two with the FP32 fallback."""
     m = JITQ_MODELS["gpt-3-175B"]
     params = 96 / 16 * 12 * 12288 ** 2 / 8
     block = 12 * 12288 ** 2 / 8
     c = capacity_gb(m, MX6)
     assert c["two-copies"] - c["single-copy"] == pytest.approx(0.75 * params / 1e9, abs=2e-3)
-    assert c["two-copies"] - c["jitq"] == pytest.approx(0.75 * (2 * params - 4 * block) / 1e9,
+    assert c["two-copies"] - c["jitq"] == pytest.approx(0.75 * (2 * params - 2 * block) / 1e9,
                                                         abs=2e-3)
+    assert capacity_gb(m, MX6, ahead=2)["jitq"] - c["jitq"] == pytest.approx(
+        0.75 * 2 * block / 1e9, abs=2e-3)
     f = capacity_gb(m, MX6, "fp32")
     assert f["jitq"] - c["jitq"] == pytest.approx(
         (STATE_BYTES["fp32"] - STATE_BYTES["bf16"]) * params / 1e9, abs=2e-3)
+
+
+def test_schedule_by_hand():
+    """Forward GEMMs hide the next block's row copy, backward ones the
+    previous block's column copy; FP32 masters fall back to two blocks
+    ahead where either does not hide (BF16 masters wait instead)."""
+    g = {"forward": {"seconds": 1.0}, "backward": {"seconds": 2.0}}
+    pim = {"row": {"seconds": 0.5}, "col": {"seconds": 2.5}}
+    assert schedule(g, pim, "bf16") == {"ahead": 1, "slack": {"forward": 0.5, "backward": -0.5},
+                                        "exposed": 0.5}
+    assert schedule(g, pim, "fp32") == {"ahead": 2, "slack": {"forward": 1.5, "backward": 1.5},
+                                        "exposed": 0.0}
+    pim["col"]["seconds"] = 1.0
+    assert schedule(g, pim, "fp32")["ahead"] == 1
 
 
 def test_slack_hidden_and_loss_are_consistent(study):
     for m in study["models"]:
         for fmt in FORMATS:
             per = m["formats"][fmt]
-            for d in per["sources"].values():
+            for source, d in per["sources"].items():
                 loss = []
                 for placement in ("strided-counter", "strided", "tiled"):
                     p = d["placements"][placement]
-                    assert p["slack_ms"] == pytest.approx(per["gemm_ms"] - p["quant_ms"], abs=2e-4)
+                    k = p["ahead_blocks"]
+                    assert k == 1 or (k == 2 and source == "fp32")
+                    assert p["forward_slack_ms"] == pytest.approx(
+                        k * per["forward_ms"] - p["row_ms"], abs=2e-4)
+                    assert p["backward_slack_ms"] == pytest.approx(
+                        k * per["backward_ms"] - p["col_ms"], abs=2e-4)
                     assert p["quant_ms"] == pytest.approx(p["row_ms"] + p["col_ms"], abs=2e-4)
-                    assert p["hidden"] == (p["slack_ms"] >= 0)
+                    assert p["hidden"] == (min(p["forward_slack_ms"],
+                                               p["backward_slack_ms"]) >= 0)
+                    assert p["quant_ms"] >= p["issue_ms"] - 2e-4
                     loss.append(p["throughput_loss"])
                 assert 0 <= loss[0] <= loss[1] <= loss[2]
                 assert d["capacity_gb"]["jitq"] <= d["capacity_gb"]["two-copies"]
     assert study["alus_per_gpu"] == JITQ_GPU.stacks * JITQ_GPU.alus_per_stack == 1024
+    assert study["pcs_per_cu"] == 1024 // 8 // 16
+
+
+def test_command_issue_bounds_the_pim(study):
+    """The CU that issues a pseudo-channel's commands issues them to its 8
+    pseudo-channels one a clock: at a sixteenth of that rate every kernel
+    waits for its commands (the PIM's time is the issue time), at 16 times
+    none does (the channel's cycle-exact time)."""
+    table = study["kernels"]
+    m = JITQ_MODELS["gpt-3-175B"]
+    for rate, bound in ((1 / 16, True), (16.0, False)):
+        gpu = replace(JITQ_GPU, pim_commands_per_cu_clock=rate)
+        dirs = _pim_seconds(table, "MX6", "bf16", "strided-counter", m.block_params / m.tp,
+                            gpu, pcs_per_cu("hbm-jitq", gpu))
+        for d in dirs.values():
+            assert (d["issue"] > d["channel"]) == bound
+            assert d["seconds"] == max(d["issue"], d["channel"])
+    k = next(r for r in table if (r["format"], r["source"], r["placement"], r["direction"])
+             == ("MX6", "bf16", "strided-counter", "row"))
+    runs = m.block_params / m.tp / 1024 / k["elements_per_alu"]
+    assert dirs["row"]["issue"] == pytest.approx(runs * k["total"] * 8 / (1.7 * 16) * 1e-9)
 
 
 def test_kernel_energy_is_a_whole_channels_run():

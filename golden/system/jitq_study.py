@@ -120,6 +120,7 @@ def kernel_table(profile: str = "hbm-jitq", tiles: int = KERNEL_TILES,
                     rows.append({"source": source, "format": name, "placement": placement,
                                  "direction": direction, "cycles": r.cycles,
                                  "ns_per_element": r.cycles * t_ck / elements,
+                                 "elements_per_alu": elements, "t_ck_ns": t_ck,
                                  "pj_per_element": e["total_pj"] / per,
                                  "pj_per_element_breakdown": {
                                      k: v / per for k, v in e["breakdown"].items()},
@@ -127,12 +128,33 @@ def kernel_table(profile: str = "hbm-jitq", tiles: int = KERNEL_TILES,
     return rows
 
 
+def pcs_per_cu(profile: str, gpu: JitqGpu) -> int:
+    """Pseudo-channels one command-issuing CU drives: the GPU's ALUs over a
+    pseudo-channel's (the profile's ALU channel), over its ``pim_cus``
+    (one CU per two HBM channels)."""
+    pcs = gpu.stacks * gpu.alus_per_stack // AluConfig.from_profile(profile).pairs
+    return -(-pcs // gpu.pim_cus)
+
+
 def _pim_seconds(table: list[dict], fmt: str, source: str, placement: str, elements: float,
-                 gpu: JitqGpu) -> dict[str, float]:
-    """Seconds to quantize ``elements`` along each direction on the GPU's ALUs."""
+                 gpu: JitqGpu, pcs: int) -> dict[str, dict[str, float]]:
+    """Seconds to quantize ``elements`` along each direction on the GPU's
+    ALUs: per direction the channel's time (the cycle-exact kernel), the
+    time its CU takes to issue the commands to its ``pcs`` pseudo-channels
+    (a kernel's commands are broadcast within a pseudo-channel, issued to
+    each), and the larger, the PIM's."""
     alus = gpu.stacks * gpu.alus_per_stack
-    per = _per_direction(table, fmt, source, placement, "ns_per_element")
-    return {d: per[d] * 1e-9 * elements / alus for d in DIRECTIONS}
+    rate = gpu.cu_clock_ghz * gpu.pim_commands_per_cu_clock  # commands per ns per CU
+    out = {}
+    for r in table:
+        if (r["format"], r["source"], r["placement"]) != (fmt, source, placement):
+            continue
+        runs = elements / alus / r["elements_per_alu"]  # kernel runs per ALU
+        channel = runs * r["cycles"] * r["t_ck_ns"] * 1e-9
+        issue = runs * r["total"] * pcs / rate * 1e-9
+        out[r["direction"]] = {"channel": channel, "issue": issue,
+                               "seconds": max(channel, issue)}
+    return out
 
 
 def _per_direction(table: list[dict], fmt: str, source: str, placement: str,
@@ -142,21 +164,66 @@ def _per_direction(table: list[dict], fmt: str, source: str, placement: str,
 
 
 def gemm_seconds(m: JitqModel, fmt: MxFormat, gpu: JitqGpu = JITQ_GPU) -> dict:
+    """A block's GEMMs per GPU: the forward pass (the weight GEMMs on the
+    row-quantized copy and the attention GEMMs) and the backward pass
+    (twice its work: the data gradients on the column-quantized copy and
+    the weight gradients), each ``max(compute at the format's throughput,
+    bytes at 90 % of the bandwidth)``, MXn weights and 16 sbh one-byte
+    activations read per pass."""
     s, b, h = m.seq, m.batch, m.hidden
-    flops = 3 * (2 * s * b * m.block_params + 4 * s * s * b * h) / m.tp
-    weight_bytes = m.block_params / m.tp * fmt.bits_per_element / 8
-    act_bytes = 16 * s * b * h / m.tp
-    nbytes = 3 * (weight_bytes + act_bytes)
-    compute = flops / (gpu.bf16_tflops * 1e12)
-    memory = nbytes / (gpu.memory_efficiency * gpu.bandwidth_gbs * GB)
-    return {"seconds": max(compute, memory), "compute": compute, "memory": memory}
+    flops = (2 * s * b * m.block_params + 4 * s * s * b * h) / m.tp
+    nbytes = m.block_params / m.tp * fmt.bits_per_element / 8 + 16 * s * b * h / m.tp
+    out = {}
+    for name, passes in (("forward", 1), ("backward", 2)):
+        compute = passes * flops / (gpu.mx_tflops(fmt.name) * 1e12)
+        memory = passes * nbytes / (gpu.memory_efficiency * gpu.bandwidth_gbs * GB)
+        out[name] = {"seconds": max(compute, memory), "compute": compute, "memory": memory}
+    out.update({k: out["forward"][k] + out["backward"][k]
+                for k in ("seconds", "compute", "memory")})
+    return out
+
+
+def schedule(g: dict, pim: dict, source: str) -> dict:
+    """JIT-Q's schedule of one block's quantization against the GEMMs:
+    the next block's row-quantized copy during this block's forward
+    GEMMs, the previous block's column-quantized copy during its backward
+    ones (each slack: GEMM time minus PIM time). With FP32 masters, where
+    the PIM is slower than the GPU (a slack below zero), it quantizes two
+    blocks ahead (the paper's fallback): each copy has two blocks' GEMM
+    time, and two blocks' copies are held. What stays exposed the GPU
+    waits for."""
+    ahead = 1
+    slack = {p: g[p]["seconds"] - pim[d]["seconds"]
+             for p, d in (("forward", "row"), ("backward", "col"))}
+    if source == "fp32" and min(slack.values()) < 0:
+        ahead = 2
+        slack = {p: 2 * g[p]["seconds"] - pim[d]["seconds"]
+                 for p, d in (("forward", "row"), ("backward", "col"))}
+    return {"ahead": ahead, "slack": slack,
+            "exposed": sum(max(0.0, -v) for v in slack.values())}
+
+
+def interference(g: dict, pim: dict, gpu: JitqGpu) -> float:
+    """The GEMMs' time with the PIM quantizing beside them: while it runs
+    (a share ``f`` of the GEMMs) the 16 command-issuing CUs do no GEMM
+    work, and the HBM's banks serve the PIM's all-bank commands for the
+    whole of its kernels (the GEMMs' reads wait): ``max(t_compute (1 + f
+    16 / 88), t_memory + t_pim)``."""
+    t_pim = sum(d["seconds"] for d in pim.values())
+    f = min(1.0, t_pim / g["seconds"])
+    return max(g["compute"] * (1 + f * gpu.pim_cus / (gpu.cus - gpu.pim_cus)),
+               g["memory"] + t_pim)
 
 
 #: bytes per parameter of master weights + gradients + Adam state
 STATE_BYTES = {"bf16": 2 + 2 + 4, "fp32": 4 + 2 + 8}
 
 
-def capacity_gb(m: JitqModel, fmt: MxFormat, source: str = "bf16") -> dict:
+def capacity_gb(m: JitqModel, fmt: MxFormat, source: str = "bf16", ahead: int = 1) -> dict:
+    """GB per GPU: the master state and activations, and the quantized
+    weights: both copies of every layer (``two-copies``), one
+    (``single-copy``), or JIT-Q's temporary copies (row and column) of the
+    ``ahead`` blocks it quantizes ahead."""
     layers = m.layers / m.pp
     params = layers * m.block_params / m.tp
     mx = fmt.bits_per_element / 8
@@ -164,7 +231,7 @@ def capacity_gb(m: JitqModel, fmt: MxFormat, source: str = "bf16") -> dict:
     base = STATE_BYTES[source] * params + layers * sbh * (7 * mx + 10)
     block = m.block_params / m.tp
     out = {"two-copies": base + 2 * mx * params, "single-copy": base + mx * params,
-           "jitq": base + 2 * 2 * mx * block}
+           "jitq": base + ahead * 2 * mx * block}
     return {k: round(v / GB, 3) for k, v in out.items()}
 
 
@@ -173,6 +240,7 @@ def jitq_study(models=tuple(JITQ_MODELS), profile: str = "hbm-jitq",
     """The study (module docstring); ``scale``: factors on energy table
     keys (:func:`energy_tables`)."""
     table = kernel_table(profile, scale=scale)
+    pcs = pcs_per_cu(profile, gpu)
     reduction = {}
     for name, fmt in FORMATS.items():
         pick = {(r["placement"]): r for r in table if r["format"] == name
@@ -192,32 +260,44 @@ def jitq_study(models=tuple(JITQ_MODELS), profile: str = "hbm-jitq",
         for fname, fmt in FORMATS.items():
             g = gemm_seconds(m, fmt, gpu)
             per = {"gemm_ms": round(1e3 * g["seconds"], 4),
+                   "forward_ms": round(1e3 * g["forward"]["seconds"], 4),
+                   "backward_ms": round(1e3 * g["backward"]["seconds"], 4),
                    "gemm_bound": "compute" if g["compute"] >= g["memory"] else "memory",
                    "sources": {}}
             for source in SOURCES:
                 pl = {}
                 for placement in PLACEMENTS:
                     dirs = _pim_seconds(table, fname, source, placement,
-                                        m.block_params / m.tp, gpu)
-                    t_pim = sum(dirs.values())  # both copies: row- and column-quantized
+                                        m.block_params / m.tp, gpu, pcs)
+                    t_pim = sum(d["seconds"] for d in dirs.values())  # both copies
                     pj = _per_direction(table, fname, source, placement, "pj_per_element")
                     e_pim = sum(pj.values()) * 1e-12 * m.block_params / m.tp
-                    f = min(1.0, t_pim / g["seconds"])
-                    t2 = max(g["compute"] * (1 + f * gpu.pim_cus / (gpu.cus - gpu.pim_cus)),
-                             g["memory"] + t_pim)
-                    pl[placement] = {"row_ms": round(1e3 * dirs["row"], 4),
-                                     "col_ms": round(1e3 * dirs["col"], 4),
+                    sch = schedule(g, dirs, source)
+                    t2 = interference(g, dirs, gpu) + sch["exposed"]
+                    pl[placement] = {"row_ms": round(1e3 * dirs["row"]["seconds"], 4),
+                                     "col_ms": round(1e3 * dirs["col"]["seconds"], 4),
                                      "quant_ms": round(1e3 * t_pim, 4),
+                                     "issue_bound": {d: v["issue"] > v["channel"]
+                                                     for d, v in dirs.items()},
+                                     "issue_ms": round(1e3 * sum(
+                                         v["issue"] for v in dirs.values()), 4),
                                      "quant_energy_mj": round(1e3 * e_pim, 4),
                                      "quant_power_w": round(e_pim / t_pim, 3),
-                                     "slack_ms": round(1e3 * (g["seconds"] - t_pim), 4),
-                                     "hidden": t_pim <= g["seconds"],
-                                     "throughput_loss": round(t2 / g["seconds"] - 1, 4)}
-                cap = capacity_gb(m, fmt, source)
+                                     "ahead_blocks": sch["ahead"],
+                                     "forward_slack_ms": round(1e3 * sch["slack"]["forward"], 4),
+                                     "backward_slack_ms": round(
+                                         1e3 * sch["slack"]["backward"], 4),
+                                     "hidden": sch["exposed"] == 0,
+                                     "throughput_loss": round(t2 / g["seconds"] - 1, 4),
+                                     "jitq_gb": capacity_gb(m, fmt, source,
+                                                            sch["ahead"])["jitq"]}
+                ahead = pl["strided-counter"]["ahead_blocks"]
+                cap = capacity_gb(m, fmt, source, ahead)
                 per["sources"][source] = {"placements": pl, "capacity_gb": cap,
+                                          "capacity_ahead_blocks": ahead,
                                           "fits_hbm": {k: v <= gpu.hbm_gb for k, v in cap.items()}}
             entry["formats"][fname] = per
         rows.append(entry)
     return {"profile": profile, "gpu": gpu.__dict__, "energy_scale": dict(scale or {}),
-            "alus_per_gpu": gpu.stacks * gpu.alus_per_stack,
+            "alus_per_gpu": gpu.stacks * gpu.alus_per_stack, "pcs_per_cu": pcs,
             "kernels": table, "shift_reduction": reduction, "models": rows}

@@ -298,6 +298,21 @@ class JitqGpu:
     # not in REFERENCE.md: the BF16 matrix peak of a 104-CU GPU with 64 GB
     # HBM2E at 1638.4 GB/s (the public figure of such a part), an assumption
     bf16_tflops: float = 181.0
+    #: MXn GEMM throughput (assumption): such a part has no MX units, so
+    #: every MX format's mantissa products run on its 8-bit integer matrix
+    #: path, whose public peak equals the BF16 one (181 TOPS); a GPU with
+    #: narrower multipliers is the sensitivity case (docs/jitq.md)
+    mx9_tflops: float = 181.0
+    mx6_tflops: float = 181.0
+    mx4_tflops: float = 181.0
+    #: PIM command issue (assumption): a CU issues one PIM command (one
+    #: memory request) a clock, at the part's public peak engine clock
+    cu_clock_ghz: float = 1.7
+    pim_commands_per_cu_clock: float = 1.0
+
+    def mx_tflops(self, fmt: str) -> float:
+        """The GEMM throughput of MX format ``fmt`` (``MX9``, ``MX6``, ``MX4``)."""
+        return getattr(self, f"{fmt.lower()}_tflops")
 
 
 JITQ_GPU = JitqGpu()
