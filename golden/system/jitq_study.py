@@ -7,25 +7,34 @@ PIM time
     runs once through the cycle-exact golden ALU channel (timing only) on
     16 tiles per bank; a block's time scales that by its element count over
     the GPU's ALUs (4 stacks x 256, each with two banks), at the profile's
-    clock. Kernel time is linear in tiles (checked in the tests).
+    clock. Kernel time is linear in tiles (checked in the tests). The CU
+    that issues a pseudo-channel's commands (one of 16, one per two HBM
+    channels: 8 pseudo-channels each) must issue every command of the
+    kernel to each; a copy takes the longer of the channel's time and the
+    issue's (``gpu.pim_commands_per_cu_clock`` at ``gpu.cu_clock_ghz``).
 
-GPU GEMM time per transformer block (training step: forward and two
-backward GEMMs per weight GEMM, and the attention GEMMs), per GPU (1/TP of
-the block): ``max(FLOP / peak, bytes / (0.9 x bandwidth))`` with the MXn
-weights and 16 sbh one-byte activations read per GEMM pass.
+GPU GEMM time per transformer block, per GPU (1/TP of the block): the
+forward GEMMs (weight GEMMs on the row-quantized copy, attention GEMMs)
+and the backward ones (twice the work: data gradients on the
+column-quantized copy, weight gradients), each ``max(FLOP / the format's
+throughput, bytes / (0.9 x bandwidth))`` with the MXn weights and 16 sbh
+one-byte activations read per pass.
 
-Slack
-    GEMM time of a block minus the PIM time to quantize the next block's
-    weights both ways (row- and column-quantized copies). Positive: JIT-Q
-    hides behind the GPU.
+Schedule and slack
+    The next block's row copy is quantized during this block's forward
+    GEMMs, the previous block's column copy during its backward GEMMs;
+    each slack is GEMM time minus PIM time. With FP32 masters, where a
+    slack is negative, the fallback quantizes two blocks ahead. What stays
+    exposed the GPU waits for.
 
 Capacity per GPU (GB; embeddings not counted)
     Per parameter, BF16 masters: weights 2 B, gradients 2 B, Adam state
     4 B; FP32 masters: 4 + 2 + 8 B; MXn activations for the GEMM inputs (7 sbh per layer) and
     FP8 for the rest (10 sbh) with selective recomputation (17 sbh in all,
     split by TP); plus the quantized weights: both MXn copies of every layer
-    (``two-copies``), one (``single-copy``), or with JIT-Q only both copies
-    of the block in use and the next.
+    (``two-copies``), one (``single-copy``), or with JIT-Q the temporary
+    copies (row and column) of the block it quantizes ahead (two blocks
+    with the FP32 fallback).
 
 Energy
     Every kernel run's trace priced by ``golden.energy`` (the ALU
@@ -39,9 +48,9 @@ Energy
 
 Interference
     While the PIM quantizes (a share ``f = min(1, t_pim / t_gemm)`` of the
-    GEMM), 16 of 104 CUs issue PIM commands and the banks serve the PIM:
-    ``t' = max(t_compute (1 + f 16 / 88), t_memory + t_pim)``; loss =
-    ``t' / t_gemm - 1``.
+    GEMM), 16 of 104 CUs issue PIM commands and the banks serve the PIM's
+    all-bank commands: ``t' = max(t_compute (1 + f 16 / 88), t_memory +
+    t_pim)`` plus the exposed time; loss = ``t' / t_gemm - 1``.
 """
 
 from __future__ import annotations
