@@ -493,7 +493,7 @@ def cmd_decode(args) -> int:
           f"per lock step (a token of every active sequence) {min(lock)}-{max(lock)}, "
           f"{sum(lock) / len(lock):.0f} on average", file=sys.stderr)
     if args.system_model:
-        from golden.system.module_timing import against_decode
+        from golden.system.decode_timing import against_decode
 
         try:
             r["system_model"] = sm = against_decode(dec)

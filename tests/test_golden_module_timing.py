@@ -10,14 +10,10 @@ import pytest
 
 from golden.config import ConfigError
 from golden.hub.decode import TinyModel, decode, random_sequences
+from golden.system.decode_timing import against_decode, system_model_of
 from golden.system.kernel_timing import KernelTimer
 from golden.system.model import _attention
-from golden.system.module_timing import (
-    AttentionModule,
-    against_decode,
-    attention_step,
-    system_model_of,
-)
+from golden.system.module_timing import AttentionModule, attention_step
 from tb.hub_stimulus import DECODE_MODEL, DECODE_SLOTS, decode_rtl_hub
 
 MAX_TOKENS = 32
