@@ -26,13 +26,19 @@ def test_decode_matches_the_float32_reference(heads):
     error (a near tie)."""
     r = decode_study(TinyModel(heads=heads, kv_heads=2), [70, 6, 20], [4, 8, 6])
     for q in r["sequences"]:
-        assert len(q["tokens"]) == q["prompt"] + q["new_tokens"]
-        assert q["max_error"] < BOUND, q["max_error"]
+        assert len(q["tokens"]) == q["prompt"] + q["new_tokens"] == len(q["step_errors"])
+        assert q["max_error"] == max(q["step_errors"]) < BOUND, q["max_error"]
         for d in q["greedy_differs"]:
             assert d["reference_gap"] < d["error"], d
     att = r["programs"]["attention"]
     assert att["steps"] == 2 * (70 + 4)  # one per layer and lock step
     assert att["epu_cycles"] > 0
+    # the module's cycles (the golden closed loop): per lock step, per program kind
+    cyc = r["cycles"]
+    assert len(cyc["lock_step_cycles"]) == 70 + 4 and min(cyc["lock_step_cycles"]) > 0
+    assert cyc["programs"]["attention"]["steps"] == att["steps"]
+    assert cyc["programs"]["attention"]["cycles"] > att["epu_cycles"]
+    assert sum(cyc["lock_step_cycles"]) < cyc["last_response"]  # the weights' load first
 
 
 @pytest.mark.parametrize("channels, heads", [(2, 4), (4, 2)], ids=["2ch-gqa", "4ch-mha"])

@@ -507,7 +507,7 @@ def compare(model: TinyModel, sequences: list[Sequence]) -> list[dict]:
     the same tokens: per sequence the tokens, the worst logit error
     relative to the reference's largest logit, and the steps whose greedy
     token differs (with the reference's top-two gap there: a near tie when
-    below the error)."""
+    below the error); ``step_errors`` holds each step's error."""
     rows = []
     for q in sequences:
         errs, differ = [], []
@@ -520,7 +520,7 @@ def compare(model: TinyModel, sequences: list[Sequence]) -> list[dict]:
                 differ.append({"step": i, "error": errs[-1],
                                "reference_gap": float(top[-1] - top[-2]) / scale})
         rows.append({"prompt": len(q.prompt), "new_tokens": q.new_tokens, "tokens": q.tokens,
-                     "max_error": max(errs), "greedy_differs": differ})
+                     "max_error": max(errs), "step_errors": errs, "greedy_differs": differ})
     return rows
 
 
