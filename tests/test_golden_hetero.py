@@ -8,12 +8,14 @@ from golden.system.hetero import (
     Devices,
     HeteroConfig,
     build_graph,
+    conv_mapping,
     critical_path,
     placement,
     profile,
     rank_offload,
     run,
     scenario,
+    take_units,
     useful_units,
 )
 from golden.system.reference import HETERO_FIXED_UNITS, HETERO_PROFILE
@@ -33,6 +35,30 @@ def test_placement_favours_corners_then_edges():
     assert sum(uniform) == 444 and max(uniform) - min(uniform) <= 1
     with pytest.raises(ValueError, match="placement"):
         HeteroConfig(placement="middle")
+
+
+def test_conv_mapping_by_hand():
+    """An 11 x 11 convolution's 121 multiplications and 120 additions take
+    121 of the 444 units (a multiplier and an adder each; the sum a 7-level
+    adder tree). Packed: the four corner banks' 23 units each, then 16 and
+    13 of two edge banks: 6 banks. As the runtime takes units (one at a
+    time from the bank with the most idle) they spread over 20 banks. With
+    the uniform placement (13-14 units a bank): 9 banks packed, all 32
+    spread. A kernel larger than the stack is refused."""
+    m = conv_mapping(11)
+    assert (m["multiplications"], m["additions"], m["units"]) == (121, 120, 121)
+    assert m["adder_tree_levels"] == 7 and m["share_of_units"] == round(121 / 444, 4)
+    assert m["packed"]["banks"] == {0: 23, 7: 23, 24: 23, 31: 23, 1: 16, 2: 13}
+    assert m["packed"]["banks_spanned"] == 6 and m["runtime"]["banks_spanned"] == 20
+    assert sum(m["runtime"]["banks"].values()) == 121
+    u = conv_mapping(11, HeteroConfig(placement="uniform"))
+    assert (u["packed"]["banks_spanned"], u["runtime"]["banks_spanned"]) == (9, 32)
+    with pytest.raises(ValueError, match="needs 484 units"):
+        conv_mapping(22)
+    idle = [2, 3, 1]
+    assert take_units(idle, 4) == [2, 2, 0] and idle == [0, 1, 1]
+    with pytest.raises(ValueError, match="5 fixed-function units requested, 2 idle"):
+        take_units(idle, 5)
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)

@@ -155,6 +155,55 @@ def placement(units: int = HETERO_FIXED_UNITS, policy: str = "edge") -> list[int
     return counts
 
 
+def take_units(idle: list[int], units: int) -> list[int]:
+    """Take ``units`` fixed-function units from the banks' ``idle`` counts
+    (updated), as the runtime does: one at a time from the bank with the
+    most idle (the lowest-numbered of equals). Returns the units taken
+    per bank."""
+    if units < 1 or units > sum(idle):
+        raise ValueError(f"{units} fixed-function units requested, {sum(idle)} idle")
+    held = [0] * len(idle)
+    for _ in range(units):
+        b = max(range(len(idle)), key=lambda i: (idle[i], -i))
+        idle[b] -= 1
+        held[b] += 1
+    return held
+
+
+def conv_mapping(k: int = 11, cfg: HeteroConfig | None = None) -> dict:
+    """The mapping check: one output of a ``k x k`` convolution, ``k^2``
+    multiplications and ``k^2 - 1`` additions, on the fixed-function
+    units. A unit is a multiplier and an adder: each takes one product,
+    and the sum is an adder tree on the adders of all but one of them
+    (``ceil(log2 k^2)`` levels). Placed as the runtime takes units
+    (``take_units``: spread, one at a time from the bank with the most
+    idle) and, beside it, packed into the fewest banks (the banks with the
+    most units first)."""
+    cfg = cfg or HeteroConfig()
+    if k < 1:
+        raise ValueError(f"a k x k convolution needs k >= 1, not {k}")
+    mults, adds = k * k, k * k - 1
+    per_bank = placement(cfg.fixed_units, cfg.placement)
+    if mults > cfg.fixed_units:
+        raise ValueError(f"a {k} x {k} convolution needs {mults} units, the stack has "
+                         f"{cfg.fixed_units}")
+    spread = take_units(list(per_bank), mults)
+    packed, left = [0] * len(per_bank), mults
+    for b in sorted(range(len(per_bank)), key=lambda i: (-per_bank[i], i)):
+        packed[b] = min(per_bank[b], left)
+        left -= packed[b]
+
+    def where(held):
+        return {"banks": {b: n for b, n in enumerate(held) if n},
+                "banks_spanned": sum(1 for n in held if n)}
+
+    return {"k": k, "multiplications": mults, "additions": adds, "units": mults,
+            "fixed_units": cfg.fixed_units, "share_of_units": round(mults / cfg.fixed_units, 4),
+            "adder_tree_levels": math.ceil(math.log2(mults)) if mults > 1 else 0,
+            "largest_bank_units": max(per_bank), "runtime": where(spread),
+            "packed": where(packed)}
+
+
 # ---- workloads --------------------------------------------------------------
 
 
@@ -526,15 +575,7 @@ class Devices:
 
     # internals -------------------------------------------------------------
     def _take(self, units: int) -> list[int]:
-        if units < 1 or units > sum(self.idle_bank):
-            raise ValueError(f"{units} fixed-function units requested, "
-                             f"{sum(self.idle_bank)} idle")
-        held = [0] * HETERO_BANKS
-        for _ in range(units):  # one at a time from the bank with the most idle
-            b = max(range(HETERO_BANKS), key=lambda i: (self.idle_bank[i], -i))
-            self.idle_bank[b] -= 1
-            held[b] += 1
-        return held
+        return take_units(self.idle_bank, units)
 
     def _dirty(self, op: Op) -> int:
         """Bytes of ``op``'s inputs produced on the CPU (in its caches)."""
@@ -830,5 +871,6 @@ def hetero_study(workloads=WORKLOADS, steps: int = 4, fraction: float = 0.9,
         })
     return {"study": "hetero-training", "config": {k: v for k, v in cfg.__dict__.items()},
             "fixed_units_per_bank": placement(cfg.fixed_units, cfg.placement),
+            "mapping_check": conv_mapping(11, cfg),
             "offload_fraction": fraction, "rows": rows}
 
