@@ -149,9 +149,33 @@ def test_cpu_only_is_the_serial_profile():
 
 @pytest.mark.parametrize("workload", WORKLOADS)
 def test_heterogeneous_beats_every_single_kind(workload):
+    """The single-kind baselines run one op at a time: the fixed-function
+    pool still beats the CPU, the programmable PIM alone does not (its
+    cores are slower than the CPU on what is offloaded)."""
     step = {m: scenario(workload, m, steps=2)["step_ms"] for m in MODES}
-    assert step["hetero"] < step["fixed-only"] < step["cpu-only"]
-    assert step["hetero"] < step["prog-only"] < step["cpu-only"]
+    assert step["hetero"] < step["fixed-only"] < step["cpu-only"] < step["prog-only"]
+
+
+@pytest.mark.parametrize("mode", ["prog-only", "fixed-only"])
+def test_baselines_run_one_op_at_a_time(mode):
+    """Without the runtime's scheduling nothing overlaps: every run starts
+    after the one before it ends, offloaded ops on the PIM that can run
+    them, the rest on the CPU; the heterogeneous runtime overlaps them."""
+    ops = build_graph("AlexNet", 2)
+    types = profile(ops, "AlexNet")
+    offload = rank_offload(types)
+    for concurrent in (False, True):
+        out = run(ops, offload, fixed=mode == "fixed-only", prog=mode == "prog-only",
+                  pipelining=False, recursive=False, concurrent=concurrent)
+        runs = sorted(out["devices"].runs.values(), key=lambda r: r.start)
+        overlap = any(b.start < a.end - 1e-15 for a, b in zip(runs, runs[1:], strict=False))
+        assert overlap == concurrent, (mode, concurrent)
+        if not concurrent:
+            pim = "fixed" if mode == "fixed-only" else "prog"
+            for r in runs:
+                op = ops[r.op]
+                want = pim if op.kind in offload and (pim == "prog" or op.fixed_ok) else "cpu"
+                assert r.device == want, (op.name, r.device)
 
 
 def test_recursive_kernels_run_multiply_add_parts_on_fixed_units():

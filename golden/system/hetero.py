@@ -634,7 +634,7 @@ def useful_units(op: Op, cfg: HeteroConfig) -> int:
 
 def run(ops: list[Op], offload: list[str], cfg: HeteroConfig = HeteroConfig(),
         fixed: bool = True, prog: bool = True, pipelining: bool = True,
-        recursive: bool = True) -> dict:
+        recursive: bool = True, concurrent: bool = True) -> dict:
     """Schedule the profiled graph through the device API.
 
     At every event the ready ops are visited in (step, id) order. Each
@@ -646,7 +646,12 @@ def run(ops: list[Op], offload: list[str], cfg: HeteroConfig = HeteroConfig(),
     (fixed-function, programmable, CPU): a device counts as busy when
     waiting for it would finish later than the next device. Units now are
     the op's share of the idle units by work among the ready
-    fixed-function candidates, capped by ``useful_units``."""
+    fixed-function candidates, capped by ``useful_units``.
+
+    Not ``concurrent`` (the single-kind baselines, without the runtime's
+    scheduling): one op at a time in (step, id) order, an offloaded op on
+    the PIM that can run it (fixed-function: as many idle units as are
+    useful), every other op on the CPU; nothing overlaps."""
     dev = Devices(cfg, ops, fixed=fixed, prog=prog)
     offloaded = set(offload)
     waiting = {op.id: len(op.deps) for op in ops}
@@ -678,7 +683,13 @@ def run(ops: list[Op], offload: list[str], cfg: HeteroConfig = HeteroConfig(),
             q = dev.work_query()
             options = []  # (estimated finish from now, preference, action, units)
             useful = useful_units(op, cfg)
-            if to_fixed(op):
+            if not concurrent:
+                if running or started or later:
+                    break
+                action = ("fixed" if to_fixed(op) else
+                          "prog" if prog and op.kind in offloaded else "cpu")
+                options = [(0.0, 0, action, min(q["fixed_idle"], useful))]
+            elif to_fixed(op):
                 share = math.floor(q["fixed_idle"] * op.muladd / work) if work else 0
                 units = min(q["fixed_idle"], useful, max(cfg.min_units, share))
                 work -= op.muladd
@@ -687,7 +698,7 @@ def run(ops: list[Op], offload: list[str], cfg: HeteroConfig = HeteroConfig(),
                 for end, freed in dev.fixed_releases():
                     more = min(useful, q["fixed_idle"] + freed)
                     options.append((end - dev.now + dev.estimate_fixed(op, more), 1, "wait", 0))
-            if not later:
+            if not later and concurrent:
                 if op.kind in offloaded and q["prog_idle"]:
                     spare = 0  # a recursive kernel's units: as many as useful, not
                     # more than an even split of the idle ones with the other candidates
@@ -800,10 +811,10 @@ def scenario(workload: str, mode: str, steps: int = 4, fraction: float = 0.9,
     offload = [] if mode == "cpu-only" else rank_offload(types, fraction)
     fixed = mode in ("fixed-only", "hetero")
     prog = mode in ("prog-only", "hetero")
-    if mode != "hetero":
+    if mode != "hetero":  # the baselines: no pipelining, recursion or concurrency
         pipelining = recursive = False
     out = run(ops, offload, cfg, fixed=fixed, prog=prog, pipelining=pipelining,
-              recursive=recursive)
+              recursive=recursive, concurrent=mode == "hetero")
     dev: Devices = out["devices"]
     runs = list(dev.runs.values())
     makespan = max(r.end for r in runs)
@@ -855,6 +866,8 @@ def hetero_study(workloads=WORKLOADS, steps: int = 4, fraction: float = 0.9,
                                                 pipelining=False)
         runs["hetero-no-recursion"] = scenario(w, "hetero", steps, fraction, cfg,
                                                recursive=False)
+        runs["hetero-neither"] = scenario(w, "hetero", steps, fraction, cfg,
+                                          pipelining=False, recursive=False)
         runs["hetero-uniform-placement"] = scenario(w, "hetero", steps, fraction,
                                                     replace(cfg, placement="uniform"))
         base, cpu = runs["cpu-only"]["step_ms"], runs["cpu-only"]
