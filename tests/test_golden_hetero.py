@@ -7,14 +7,18 @@ from golden.system.hetero import (
     WORKLOADS,
     Devices,
     HeteroConfig,
+    Op,
     build_graph,
     conv_mapping,
+    corun_graph,
     critical_path,
+    gpu_step_seconds,
     placement,
     profile,
     rank_offload,
     run,
     scenario,
+    sweeps,
     take_units,
     useful_units,
 )
@@ -299,3 +303,41 @@ def test_study_energy_columns_and_overrides():
         config_with(["fixed_hz=1"])
     with pytest.raises(ConfigError, match="not a number in"):
         config_with(["prog_core_w=-1"])
+    assert config_with(["core_area_units=8"]).core_area_units == 8
+    with pytest.raises(ConfigError, match="not a whole number"):
+        config_with(["core_area_units=2.5"])
+
+
+def test_sweeps():
+    """The fixed-function clock x1 / x2 / x4: the step falls (x1 is the
+    default run); 1 / 4 / 16 programmable cores at constant area: 444 + 3 x
+    16, 444, 444 - 12 x 16 units (4 cores is the default run); the GPU at
+    the roofline; two workloads together in less than one after the other
+    and no less than the longer alone."""
+    r = sweeps(("AlexNet",), steps=2)
+    base = scenario("AlexNet", "hetero", steps=2)["step_ms"]
+    f = r["frequency"]["AlexNet"]
+    assert f["x1"]["step_ms"] == base and f["x1"]["step_ms"] > f["x2"]["step_ms"] \
+        > f["x4"]["step_ms"]
+    c = r["cores"]["AlexNet"]
+    assert [c[n]["fixed_units"] for n in ("1", "4", "16")] == [492, 444, 252]
+    assert c["4"]["step_ms"] == base
+    g = r["gpu"]["AlexNet"]
+    assert g["step_ms"] == pytest.approx(1e3 * gpu_step_seconds(build_graph("AlexNet", 1)),
+                                         abs=1e-4)
+    assert g["hetero_over_gpu"] == pytest.approx(g["hetero_step_ms"] / g["step_ms"], rel=1e-3)
+    co = r["corun"]
+    assert max(co["alone_step_ms"].values()) <= co["together_ms"] < co["one_after_the_other_ms"]
+    with pytest.raises(ValueError, match="do not fit the area"):
+        sweeps(("AlexNet",), steps=1, cfg=HeteroConfig(core_area_units=40))
+
+
+def test_gpu_roofline_and_corun_graph_by_hand():
+    ops = [Op(0, "a", "MatMul", 0, muladd=2e9, other=0, nbytes=10, out_bytes=0),
+           Op(1, "b", "Relu", 0, muladd=0, other=0, nbytes=4_840_000_000, out_bytes=0)]
+    assert gpu_step_seconds(ops, flops=1e12, gbs=484.0) == pytest.approx(2e-3 + 1e-2)
+    a, b = build_graph("AlexNet", 1), build_graph("DCGAN", 1)
+    ops, offload = corun_graph(("AlexNet", "DCGAN"), 1, CFG)
+    assert len(ops) == len(a) + len(b) and [op.id for op in ops] == list(range(len(ops)))
+    assert ops[len(a)].deps == [d + len(a) for d in b[0].deps]
+    assert set(offload) >= set(rank_offload(profile(b, "DCGAN")))

@@ -109,6 +109,10 @@ class HeteroConfig:
     network_pj_per_byte: float = 8.0  # the logic layer's network between vaults (1 pJ/bit)
     dram_pj_per_byte: float = DRAM_PJ_PER_BYTE
     stack_static_w: float = HETERO_BANKS * VAULT_STANDBY_W
+    #: the logic-layer area of one programmable core (a Cortex-A9 with its
+    #: caches) in fixed-function units (an FP32 multiplier and adder each):
+    #: what a core more or less takes or frees at constant area (the sweeps)
+    core_area_units: int = 16
 
     def __post_init__(self):
         if self.placement not in ("edge", "uniform"):
@@ -119,21 +123,29 @@ class HeteroConfig:
 
 
 #: The HeteroConfig keys ``pimorch run hetero-training --set KEY=VALUE``
-#: overrides: the energy figures (numbers >= 0; docs/hetero.md).
+#: overrides: the energy figures (numbers >= 0; docs/hetero.md) and the
+#: sweeps' core area.
 ENERGY_KEYS = ("fixed_pj_per_flop", "prog_core_w", "cpu_dynamic_w", "cpu_idle_w",
                "link_pj_per_byte", "network_pj_per_byte", "dram_pj_per_byte",
                "stack_static_w")
+SET_KEYS = (*ENERGY_KEYS, "core_area_units")
 
 
 def config_with(pairs) -> HeteroConfig:
     """The default HeteroConfig with ``KEY=VALUE`` pairs of
-    :data:`ENERGY_KEYS` (each a number in [0, 1e6])."""
-    from golden.config import number_setting
+    :data:`SET_KEYS` (each a number in [0, 1e6]; ``core_area_units`` an
+    integer)."""
+    from golden.config import ConfigError, number_setting
 
-    usage = f"hetero-training takes KEY=VALUE with KEY one of {', '.join(ENERGY_KEYS)}"
-    return replace(HeteroConfig(), **dict(
-        number_setting(pair, ENERGY_KEYS.__contains__, usage, 1e6, "a number in [0, 1e6]")
-        for pair in pairs))
+    usage = f"hetero-training takes KEY=VALUE with KEY one of {', '.join(SET_KEYS)}"
+    values = dict(number_setting(pair, SET_KEYS.__contains__, usage, 1e6,
+                                 "a number in [0, 1e6]") for pair in pairs)
+    if "core_area_units" in values:
+        v = values["core_area_units"]
+        if v != int(v):
+            raise ConfigError(f"--set core_area_units: {v:g} is not a whole number of units")
+        values["core_area_units"] = int(v)
+    return replace(HeteroConfig(), **values)
 
 
 def placement(units: int = HETERO_FIXED_UNITS, policy: str = "edge") -> list[int]:
@@ -853,6 +865,87 @@ def scenario(workload: str, mode: str, steps: int = 4, fraction: float = 0.9,
     }
 
 
+#: The GPU baseline (a GTX 1080 Ti class part): NVIDIA's published FP32
+#: peak at boost clock (11.34 TFLOPS) and memory bandwidth (484 GB/s).
+GPU_FLOPS = 11.34e12
+GPU_GBS = 484.0
+#: Sweeps: fixed-function clock multiples, programmable cores at constant
+#: logic-layer area, the co-run pair.
+FREQUENCY_SCALES = (1, 2, 4)
+CORE_COUNTS = (1, 4, 16)
+CORUN = ("AlexNet", "DCGAN")
+def gpu_step_seconds(ops: list[Op], steps: int = 1, flops: float = GPU_FLOPS,
+                     gbs: float = GPU_GBS) -> float:
+    """The GPU baseline: every op a kernel at the roofline, ``max(FLOPs /
+    peak, bytes / bandwidth)``, one after another (a step's ops are a chain
+    of dependent kernels); per step."""
+    return sum(max((op.muladd + op.other) / flops, op.nbytes / (gbs * 1e9))
+               for op in ops) / steps
+
+
+def corun_graph(workloads: tuple[str, str], steps: int, cfg: HeteroConfig
+                ) -> tuple[list[Op], list[str]]:
+    """Two workloads' graphs as one (ids of the second after the first's,
+    each profiled on its own) and the union of their offloaded op types."""
+    ops, offload = [], []
+    for w in workloads:
+        g = build_graph(w, steps)
+        offload += [k for k in rank_offload(profile(g, w, cfg)) if k not in offload]
+        base = len(ops)
+        ops += [replace(op, id=op.id + base, deps=[d + base for d in op.deps],
+                        layer=f"{w}/{op.layer}") for op in g]
+    return ops, offload
+
+
+def _makespan_ms(ops: list[Op], offload: list[str], cfg: HeteroConfig, steps: int) -> float:
+    runs = run(ops, offload, cfg)["devices"].runs.values()
+    return round(1e3 * max(r.end for r in runs) / steps, 4)
+
+
+def sweeps(workloads=WORKLOADS, steps: int = 4, fraction: float = 0.9,
+           cfg: HeteroConfig = HeteroConfig()) -> dict:
+    """The heterogeneous runtime's step time (ms) against CPU-only as the
+    hardware changes: the fixed-function clock x1, x2, x4; 1, 4 and 16
+    programmable cores at constant logic-layer area (each core more or
+    less takes or frees ``cfg.core_area_units`` fixed-function units); the GPU
+    baseline's step; and two workloads co-run on one stack against one
+    after the other."""
+    core_area_units = cfg.core_area_units
+    out = {"frequency": {}, "cores": {}, "gpu": {}, "core_area_units": core_area_units,
+           "gpu_tflops": GPU_FLOPS / 1e12, "gpu_gbs": GPU_GBS}
+    for w in workloads:
+        cpu = scenario(w, "cpu-only", steps, fraction, cfg)["step_ms"]
+        het = scenario(w, "hetero", steps, fraction, cfg)["step_ms"]
+        out["frequency"][w] = {}
+        for f in FREQUENCY_SCALES:
+            r = scenario(w, "hetero", steps, fraction, replace(cfg, fixed_hz=f * cfg.fixed_hz))
+            out["frequency"][w][f"x{f}"] = {"step_ms": r["step_ms"],
+                                            "speedup_vs_cpu": round(cpu / r["step_ms"], 4)}
+        out["cores"][w] = {}
+        for n in CORE_COUNTS:
+            units = cfg.fixed_units + (cfg.prog_cores - n) * core_area_units
+            if units < 0:
+                raise ValueError(f"{n} cores of {core_area_units} units each do not fit the "
+                                 f"area of {cfg.prog_cores} cores and {cfg.fixed_units} units")
+            r = scenario(w, "hetero", steps, fraction,
+                         replace(cfg, prog_cores=n, fixed_units=units))
+            out["cores"][w][str(n)] = {"fixed_units": units, "step_ms": r["step_ms"],
+                                       "speedup_vs_cpu": round(cpu / r["step_ms"], 4)}
+        ops = build_graph(w, 1)
+        gpu = 1e3 * gpu_step_seconds(ops)
+        out["gpu"][w] = {"step_ms": round(gpu, 4), "hetero_step_ms": het,
+                         "hetero_over_gpu": round(het / gpu, 4),
+                         "speedup_vs_cpu": round(cpu / gpu, 4)}
+    ops, offload = corun_graph(CORUN, steps, cfg)
+    alone = {w: scenario(w, "hetero", steps, fraction, cfg)["step_ms"] for w in CORUN}
+    together = _makespan_ms(ops, offload, cfg, steps)
+    out["corun"] = {"workloads": list(CORUN), "alone_step_ms": alone,
+                    "one_after_the_other_ms": round(sum(alone.values()), 4),
+                    "together_ms": together,
+                    "saving": round(1 - together / sum(alone.values()), 4)}
+    return out
+
+
 def hetero_study(workloads=WORKLOADS, steps: int = 4, fraction: float = 0.9,
                  cfg: HeteroConfig = HeteroConfig()) -> dict:
     """``pimorch run hetero-training``."""
@@ -885,5 +978,6 @@ def hetero_study(workloads=WORKLOADS, steps: int = 4, fraction: float = 0.9,
     return {"study": "hetero-training", "config": {k: v for k, v in cfg.__dict__.items()},
             "fixed_units_per_bank": placement(cfg.fixed_units, cfg.placement),
             "mapping_check": conv_mapping(11, cfg),
+            "sweeps": sweeps(workloads, steps, fraction, cfg),
             "offload_fraction": fraction, "rows": rows}
 
