@@ -113,11 +113,12 @@ def _check_schedule(ops, dev, pipelining):
     end = {r.op: r.end for r in runs}
     for r in runs:
         assert all(r.start >= end[d] - 1e-15 for d in ops[r.op].deps)
-    # resources: units per bank, one programmable PIM, one CPU, at every start
-    for t in sorted({r.start for r in runs}):
+    # resources: units per bank, one programmable PIM, one CPU, at every
+    # start and every hand-over of units (preemptive sharing)
+    for t in sorted({r.start for r in runs} | {t for r in runs for t, _ in r.history}):
         live = [r for r in runs if r.start <= t < r.end]
         for b in range(32):
-            assert sum(r.units[b] for r in live) <= dev.per_bank[b]
+            assert sum(r.units_at(t)[b] for r in live) <= dev.per_bank[b]
         assert sum(r.device == "prog" for r in live) <= 1
         assert sum(r.device == "cpu" for r in live) <= 1
     if not pipelining:
@@ -341,3 +342,27 @@ def test_gpu_roofline_and_corun_graph_by_hand():
     assert len(ops) == len(a) + len(b) and [op.id for op in ops] == list(range(len(ops)))
     assert ops[len(a)].deps == [d + len(a) for d in b[0].deps]
     assert set(offload) >= set(rank_offload(profile(b, "DCGAN")))
+
+
+def test_preemptive_sharing_by_hand():
+    """A kernel on 8 units, compute-bound, half done when 8 more are handed
+    to it: the other half runs at twice the rate, so its operation takes
+    3/4 of what it would have; it held 8 units for the first half and 16
+    since. The runtime shares the units no op could take: DCGAN's step is
+    shorter with sharing, and nothing is handed over without it."""
+    conv = Op(0, "conv", "Conv2D", 0, muladd=2 * 8 * CFG.fixed_hz * 1e-3, other=0,
+              nbytes=1, out_bytes=0)
+    dev = Devices(CFG, [conv])
+    h = dev.pim_fix(conv, 8)
+    r = dev.runs[h]
+    op_s, fixed_s = r.operation, r.movement + r.sync
+    assert op_s == pytest.approx(1e-3)
+    dev.advance(op_s / 2)
+    assert dev.share(lambda op: 16) == 8 and r.shared == 8 and sum(r.units) == 16
+    assert r.operation == pytest.approx(0.75 * op_s) and r.end == pytest.approx(
+        0.75 * op_s + fixed_s)
+    assert r.unit_seconds == pytest.approx(8 * op_s / 2 + 16 * (r.end - op_s / 2))
+    assert dev.share(lambda op: 16) == 0  # it has all it can use
+    on = scenario("DCGAN", "hetero", steps=2)
+    off = scenario("DCGAN", "hetero", steps=2, sharing=False)
+    assert on["shared_units"] > 0 == off["shared_units"] and on["step_ms"] < off["step_ms"]

@@ -489,6 +489,18 @@ class Run:
     recursive: bool = False
     remote_bytes: float = 0.0  # read from other vaults over the network
     flush_bytes: float = 0.0  # CPU-produced inputs written back from its caches
+    unit_seconds: float = 0.0  # fixed-function units held x time
+    shared: int = 0  # units handed to it while it ran (preemptive sharing)
+    #: (from time, units per bank) at its start and at each share
+    history: list = field(default_factory=list)
+
+    def units_at(self, t: float) -> list[int]:
+        """The units per bank it holds at time ``t`` (within its run)."""
+        held = self.history[0][1] if self.history else self.units
+        for since, units in self.history:
+            if since <= t:
+                held = units
+        return held
 
 
 def stream_seconds(op: Op, cfg: HeteroConfig) -> float:
@@ -564,6 +576,44 @@ class Devices:
                 "units": sum(r.units), "operation": r.operation, "movement": r.movement,
                 "sync": r.sync, "recursive": r.recursive}
 
+    def share(self, useful) -> int:
+        """Preemptive sharing: hand the idle fixed-function units to running
+        fixed-function kernels, the one with the most multiply/add work left
+        first, each up to ``useful(op)`` units. A kernel's operation so far
+        is done at its old rate; the rest of its work (linear progress)
+        runs on its units from now, so its end moves earlier. Returns the
+        units handed over."""
+        cfg, given = self.cfg, 0
+        if not sum(self.idle_bank):
+            return 0
+
+        def left(r: Run) -> float:
+            done = min(1.0, (self.now - r.start) / r.operation) if r.operation else 1.0
+            return (1 - done) * self.ops[r.op].muladd
+
+        for r in sorted((r for r in self.live.values()
+                         if r.device == "fixed" and self.now < r.start + r.operation),
+                        key=lambda r: (-left(r), r.handle)):
+            op, units = self.ops[r.op], sum(r.units)
+            extra = min(sum(self.idle_bank), useful(op) - units)
+            if extra <= 0:
+                continue
+            done = (self.now - r.start) / r.operation
+            held = self._take(extra)
+            r.units = [a + b for a, b in zip(r.units, held, strict=True)]
+            r.history.append((self.now, r.units))
+            rest = max((1 - done) * op.muladd / (2 * (units + extra) * cfg.fixed_hz),
+                       (1 - done) * stream_seconds(op, cfg))
+            old_end = r.end
+            r.operation = (self.now - r.start) + rest
+            r.end = r.start + r.operation + r.movement + r.sync
+            r.unit_seconds += (units + extra) * (r.end - self.now) - units * (old_end - self.now)
+            r.shared += extra
+            given += extra
+            if not sum(self.idle_bank):
+                break
+        return given
+
     # the CPU and the clock ---------------------------------------------------
     def cpu_run(self, op: Op) -> int:
         if self.cpu_busy:
@@ -627,7 +677,9 @@ class Devices:
         pim = device != "cpu"
         self.runs[h] = self.live[h] = Run(h, op.id, device, self.now, end, held, operation,
                                           movement, sync, remote_bytes=self._remote(op, held),
-                                          flush_bytes=self._dirty(op) if pim else 0)
+                                          flush_bytes=self._dirty(op) if pim else 0,
+                                          unit_seconds=sum(held) * (end - self.now),
+                                          history=[(self.now, held)])
         self.where[op.id] = device
         return h
 
@@ -646,7 +698,7 @@ def useful_units(op: Op, cfg: HeteroConfig) -> int:
 
 def run(ops: list[Op], offload: list[str], cfg: HeteroConfig = HeteroConfig(),
         fixed: bool = True, prog: bool = True, pipelining: bool = True,
-        recursive: bool = True, concurrent: bool = True) -> dict:
+        recursive: bool = True, concurrent: bool = True, sharing: bool = True) -> dict:
     """Schedule the profiled graph through the device API.
 
     At every event the ready ops are visited in (step, id) order. Each
@@ -659,6 +711,10 @@ def run(ops: list[Op], offload: list[str], cfg: HeteroConfig = HeteroConfig(),
     waiting for it would finish later than the next device. Units now are
     the op's share of the idle units by work among the ready
     fixed-function candidates, capped by ``useful_units``.
+
+    With ``sharing`` (preemptive), the fixed-function units still idle
+    after the ops that could start have started go to the running
+    fixed-function kernels (``Devices.share``).
 
     Not ``concurrent`` (the single-kind baselines, without the runtime's
     scheduling): one op at a time in (step, id) order, an offloaded op on
@@ -676,7 +732,7 @@ def run(ops: list[Op], offload: list[str], cfg: HeteroConfig = HeteroConfig(),
     for op in ops:
         left_in_step[op.step] = left_in_step.get(op.step, 0) + 1
     running: dict[int, int] = {}  # handle -> op
-    done = pipelined = 0
+    done = pipelined = shared = 0
     while done < len(ops):
         current = min(s for s, n in left_in_step.items() if n)
 
@@ -736,6 +792,8 @@ def run(ops: list[Op], offload: list[str], cfg: HeteroConfig = HeteroConfig(),
             started.append(i)
         for i in started:
             ready.remove(i)
+        if sharing and concurrent and fixed:
+            shared += dev.share(lambda op: useful_units(op, cfg))
         if not running:
             raise RuntimeError("deadlock: nothing running and nothing can start")
         t = min(dev.work_info(h)["end"] for h in running)
@@ -751,7 +809,7 @@ def run(ops: list[Op], offload: list[str], cfg: HeteroConfig = HeteroConfig(),
                 if waiting[u] == 0:
                     ready.append(u)
         ready.sort(key=lambda i: (ops[i].step, i))
-    return {"devices": dev, "pipelined_ops": pipelined}
+    return {"devices": dev, "pipelined_ops": pipelined, "shared_units": shared}
 
 
 def critical_path(ops: list[Op], runs: list[Run]) -> dict:
@@ -815,7 +873,7 @@ def run_energy(ops: list[Op], runs: list[Run], makespan: float, cfg: HeteroConfi
 
 def scenario(workload: str, mode: str, steps: int = 4, fraction: float = 0.9,
              cfg: HeteroConfig = HeteroConfig(), pipelining: bool = True,
-             recursive: bool = True) -> dict:
+             recursive: bool = True, sharing: bool = True) -> dict:
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r} (known: {', '.join(MODES)})")
     ops = build_graph(workload, steps)
@@ -823,10 +881,10 @@ def scenario(workload: str, mode: str, steps: int = 4, fraction: float = 0.9,
     offload = [] if mode == "cpu-only" else rank_offload(types, fraction)
     fixed = mode in ("fixed-only", "hetero")
     prog = mode in ("prog-only", "hetero")
-    if mode != "hetero":  # the baselines: no pipelining, recursion or concurrency
-        pipelining = recursive = False
+    if mode != "hetero":  # the baselines: no pipelining, recursion, sharing or concurrency
+        pipelining = recursive = sharing = False
     out = run(ops, offload, cfg, fixed=fixed, prog=prog, pipelining=pipelining,
-              recursive=recursive, concurrent=mode == "hetero")
+              recursive=recursive, concurrent=mode == "hetero", sharing=sharing)
     dev: Devices = out["devices"]
     runs = list(dev.runs.values())
     makespan = max(r.end for r in runs)
@@ -837,7 +895,7 @@ def scenario(workload: str, mode: str, steps: int = 4, fraction: float = 0.9,
         count[r.device] += 1
         if r.device in busy:
             busy[r.device] += r.end - r.start
-        unit_s += sum(r.units) * (r.end - r.start)
+        unit_s += r.unit_seconds
     cats = critical_path(ops, runs)
     spent = run_energy(ops, runs, makespan, cfg)
     step_s = makespan / steps
@@ -853,8 +911,9 @@ def scenario(workload: str, mode: str, steps: int = 4, fraction: float = 0.9,
         "ops_on": count,
         "recursive_calls": sum(r.recursive for r in runs),
         "pipelined_ops": out["pipelined_ops"],
+        "shared_units": out["shared_units"],
         "offloaded": offload,
-        "pipelining": pipelining, "recursive": recursive,
+        "pipelining": pipelining, "recursive": recursive, "sharing": sharing,
         # energy per step (docs/hetero.md, "Energy")
         "energy_j": float(f"{total:.6g}"),
         "dynamic_energy_j": float(f"{spent['dynamic'] / steps:.6g}"),
@@ -961,6 +1020,8 @@ def hetero_study(workloads=WORKLOADS, steps: int = 4, fraction: float = 0.9,
                                                recursive=False)
         runs["hetero-neither"] = scenario(w, "hetero", steps, fraction, cfg,
                                           pipelining=False, recursive=False)
+        runs["hetero-no-sharing"] = scenario(w, "hetero", steps, fraction, cfg,
+                                             sharing=False)
         runs["hetero-uniform-placement"] = scenario(w, "hetero", steps, fraction,
                                                     replace(cfg, placement="uniform"))
         base, cpu = runs["cpu-only"]["step_ms"], runs["cpu-only"]
