@@ -587,7 +587,7 @@ def cmd_sherpa(args) -> int:
     split = SPLIT_BYTES if args.split_bytes is None else args.split_bytes
     seq_lens = SEQ_LENS if args.seq_lens is None else _int_list(args.seq_lens, "--seq-lens", 1,
                                                                    1 << 17)
-    host = SherpaHost(copy=args.copy, flop=args.flop)
+    host = SherpaHost(copy=args.copy, flop=args.flop, bandwidth=args.bandwidth)
     _emit(sherpa_study(seq_lens=seq_lens, host=host, split_bytes=split,
                        nc_tokens=args.nc_gemm_tokens, profile=args.pim_profile), args.json)
     return 0
@@ -700,7 +700,7 @@ STUDY_OPTIONS = {
     "dpa-program-size": {"d_head", "json"},
     "dpa-capacity": {"chunk_bytes", "json", "requests", "seed"},
     "epu-accuracy": {"json", "seed"},
-    "sherpa": {"copy", "flop", "json", "nc_gemm_tokens", "pim_profile", "seq_lens",
+    "sherpa": {"bandwidth", "copy", "flop", "json", "nc_gemm_tokens", "pim_profile", "seq_lens",
                "split_bytes"},
     "hetero-training": {"csv", "json", "offload_fraction", "plot", "set", "steps",
                         "workloads"},
@@ -834,6 +834,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "transactions (3 t)")
     s.add_argument("--flop", choices=["host", "table"], default="host",
                    help="sherpa: a GEMM's FLOP per byte, the host's (4.70) or Table 2's (4)")
+    s.add_argument("--bandwidth", choices=["shared", "separate"], default="shared",
+                   help="sherpa: a copy and a GEMM running together share the DRAM's "
+                        "bandwidth (default), or neither slows the other (Table 2's overlap)")
     s.add_argument("--nc-gemm-tokens", type=_int_in(1, 4096), default=8,
                    help="sherpa: prompt tokens one read of a weight serves when a GEMM reads "
                         "the non-cacheable copy (NC-GEMM; default 8)")

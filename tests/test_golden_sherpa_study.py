@@ -1,5 +1,7 @@
 """PIM-SHERPA prefill timing and capacity (golden/system/sherpa_study.py)."""
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,8 +22,10 @@ from golden.system.sherpa_study import (
 )
 
 # one byte streams in one second, one FLOP per byte, copies of Table 2's
-# three transactions: times are integers
-UNIT = SherpaHost(gflops=1e-9, bandwidth_gbs=1e-9, copy="table")
+# three transactions: times are integers; the copier and the GEMM do not
+# slow each other (Table 2's overlap) unless shared
+UNIT = SherpaHost(gflops=1e-9, bandwidth_gbs=1e-9, copy="table", bandwidth="separate")
+SHARED = replace(UNIT, bandwidth="shared")
 
 
 def test_gemm_time_is_memory_bound_then_grows_with_the_input():
@@ -70,6 +74,24 @@ def test_double_buffering_by_hand():
     assert pipeline(stages, UNIT, 2, 2)["ttft_s"] == 16
     # one buffer (OWR): copy and GEMM strictly alternate
     assert pipeline(stages, UNIT, 1, 2)["ttft_s"] == (6 + 1) + (3 + 5) + (6 + 1)
+
+
+def test_shared_bandwidth_by_hand():
+    """X (2 B, memory-bound: its GEMM reads at the full bandwidth) and Y
+    (1 B, compute-bound: a quarter). Separate: copy X 0-6, GEMM X 6-8,
+    copy Y 6-9, GEMM Y 9-13. Shared: a copy (Table 2's, all of the
+    bandwidth) and GEMM X together ask for twice it: both at half speed
+    from 6, GEMM X's 2 s end at 10, copy Y has 1 s left, 10-11; GEMM Y
+    11-15. A measured copy (4 t) takes three quarters: together 1.75x."""
+    stages = [Stage("X", 2, 2.0), Stage("Y", 1, 4.0)]
+    assert pipeline(stages, UNIT, 2, 2)["ttft_s"] == 13
+    r = pipeline(stages, SHARED, 2, 2, trace=True)
+    assert r["ttft_s"] == 15 and r["copy_s"] == 6 + 5 and r["compute_s"] == 4 + 4
+    assert [(x["gemm_start"], x["gemm_end"]) for x in r["stages"]] == [(6, 10), (11, 15)]
+    measured = replace(SHARED, copy="measured")  # a copy 4 s a byte, 3/4 of the bandwidth
+    # copy X 0-8; GEMM X and copy Y from 8 at 1/1.75: GEMM X ends at 11.5,
+    # copy Y has 4 - 2 = 2 s left, 11.5-13.5; GEMM Y 13.5-17.5
+    assert pipeline(stages, measured, 2, 2)["ttft_s"] == pytest.approx(17.5)
 
 
 def test_ring_copies_ahead_where_whole_buffers_wait():
@@ -121,16 +143,26 @@ def test_schedules_are_ordered_and_bounded(spec, split):
     if all(s.nbytes for s in stages):
         assert owr == compute + copies
     assert max(compute, copies) <= ring <= ddb <= owr
+    # sharing the bandwidth only slows, never past doing one thing at a time
+    for args, alone in (((1, big), owr), ((2, big), ddb), ((2, big, split), ring)):
+        assert alone - 1e-9 <= pipeline(stages, SHARED, *args)["ttft_s"] <= compute + copies + 1e-9
 
 
 def test_llama_ttft_methods():
     model = SHERPA_MODELS["Llama3.2-1B"]
-    at = {m: ttft(model, 1, m)["ttft_s"] for m in METHODS}
+    sep = replace(SHERPA_HOST, bandwidth="separate")
+    at = {m: ttft(model, 1, m, sep)["ttft_s"] for m in METHODS}
     assert at["remap"] == at["duplication"]
     # one token: GEMMs memory bound (t each), measured copies 4 t: OWR is 5x
     assert at["owr"] / at["duplication"] == pytest.approx(5, rel=1e-3)
     assert 4 <= at["ddb-balanced"] / at["duplication"] < 4.2
     assert at["ddb-balanced"] <= at["ddb"] * (1 + 1e-12) < 4.2 * at["duplication"]
+    # sharing the bandwidth (the default): a GEMM and a copy together ask
+    # for 1.75 of it. The copier is the bottleneck: per matrix its 4 t, of
+    # which the t beside the GEMM stretches to 1.75 t: 4.75x
+    shared = {m: ttft(model, 1, m)["ttft_s"] for m in METHODS}
+    assert shared["owr"] == pytest.approx(at["owr"]) and shared["remap"] == at["remap"]
+    assert shared["ddb-balanced"] / at["duplication"] == pytest.approx(4.75, rel=0.01)
     table = SherpaHost(copy="table")  # Table 2's copies, 3 t: OWR 4x
     assert ttft(model, 1, "owr", table)["ttft_s"] / at["duplication"] == pytest.approx(
         4, rel=1e-3)

@@ -174,6 +174,7 @@ CHUNK_BYTES = 1 << 20
 #: GEMM uses (``SherpaHost.flop``).
 SHERPA_COPY_MODELS = ("measured", "table")
 SHERPA_FLOP_MODELS = ("host", "table")
+SHERPA_BANDWIDTH_MODELS = ("shared", "separate")
 
 
 @dataclass(frozen=True)
@@ -197,10 +198,15 @@ class SherpaHost:
     nc_copy_slowdown: float = 2.0  # a non-cacheable source copies at half the speed
     copy: str = "measured"
     flop: str = "host"
+    #: ``shared``: a copy and a GEMM running together share the DRAM's
+    #: bandwidth (each slowed in proportion when their demands exceed it);
+    #: ``separate``: Table 2's overlap, neither slows the other
+    bandwidth: str = "shared"
 
     def __post_init__(self):
         for name, value, known in (("copy", self.copy, SHERPA_COPY_MODELS),
-                                   ("flop", self.flop, SHERPA_FLOP_MODELS)):
+                                   ("flop", self.flop, SHERPA_FLOP_MODELS),
+                                   ("bandwidth", self.bandwidth, SHERPA_BANDWIDTH_MODELS)):
             if value not in known:
                 raise ValueError(f"sherpa {name} model must be one of {', '.join(known)}, "
                                  f"not {value!r}")

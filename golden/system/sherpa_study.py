@@ -30,7 +30,10 @@ a matrix's bytes at the host's DRAM bandwidth, a GEMM over ``SL`` tokens
 takes ``max(1, SL / (FLOP/B)) t``; a copy takes 3 t (read the non-cacheable
 source, read the destination line, write it back); serial execution adds,
 overlapped execution takes the maximum (the copier and the GEMM do not slow
-each other). Attention (QK^T and SV, causal, 2 SL^2 q_dim FLOP per layer)
+each other: ``bandwidth = "separate"``). By default they share the DRAM's
+bandwidth (``pipeline``): a copy's three transactions take 3/4 of it at
+the measured 4 t, a memory-bound GEMM all of it, and together both slow
+by their sum. Attention (QK^T and SV, causal, 2 SL^2 q_dim FLOP per layer)
 runs between the V and O GEMMs at the host's GEMM rate and overlaps copies
 like a GEMM with no weights. TTFT covers the decoder layers; the embedding
 lookup and the last token's LM head (a GEMV on the PIM) are common to every
@@ -152,58 +155,86 @@ def pipeline(stages: list[Stage], host: SherpaHost, buffers: int,
     copied in pieces of at most ``split_bytes``; a piece is freed when its
     matrix's GEMM ends. The copier copies in program order, one piece at a
     time; a GEMM starts when its whole matrix is copied and the previous
-    GEMM has ended. Returns the finish time and the busy times; with
-    ``trace``, also each stage's first copy start, copy end, GEMM start
-    and GEMM end."""
+    GEMM has ended.
+
+    With ``host.bandwidth`` ``shared`` a copy and a GEMM running together
+    share the DRAM: a copy uses ``copy_transactions / copy_factor`` of its
+    bandwidth, a GEMM the share its weights' read takes of its time (all
+    of it when memory-bound, an attention stage none); while the two
+    together ask for more than all of it, both run slower by their sum.
+    ``separate``: neither slows the other (Table 2's overlap). Returns the
+    finish time and the busy times; with ``trace``, also each stage's first
+    copy start, copy end, GEMM start and GEMM end."""
     whole = split_bytes is None
     capacity = buffers if whole else buffers * buffer_bytes
-    # (GEMM end, units) of resident matrices, in GEMM order: their ends never decrease
-    frees: deque[tuple[float, int]] = deque()
-    copier = gemm_end = copy_busy = gemm_busy = copy_wait = 0.0
-    stages_out: list[dict] = []
-    for stage in stages:
+    pieces: list[tuple[int, int, int]] = []  # (stage, bytes, buffer units), in program order
+    left = []  # per stage: pieces not yet copied
+    for k, stage in enumerate(stages):
         if stage.nbytes > buffer_bytes:
             raise ValueError(f"{stage.name}: {stage.nbytes} B does not fit a "
                              f"{buffer_bytes} B buffer")
-        if whole:
-            pieces = [stage.nbytes] if stage.nbytes else []
-        else:
-            pieces = [min(split_bytes, stage.nbytes - o)
-                      for o in range(0, stage.nbytes, split_bytes)]
-        pending = 0  # units of this matrix already resident (free time unknown)
-        first = None
-        for piece in pieces:
-            units = 1 if whole else piece
-            t = copier
-            # drop pieces freed by t; wait for more while the ring is full
-            while True:
-                while frees and frees[0][0] <= t:
-                    capacity += frees.popleft()[1]
-                if units <= capacity:
-                    break
-                if not frees:
-                    raise ValueError(f"{stage.name}: the buffers cannot hold one matrix")
-                t = frees[0][0]
-            copy_wait += t - copier
-            first = t if first is None else first
+        sizes = ([stage.nbytes] if stage.nbytes else []) if whole else \
+            [min(split_bytes, stage.nbytes - o) for o in range(0, stage.nbytes, split_bytes)]
+        pieces += [(k, b, 1 if whole else b) for b in sizes]
+        left.append(len(sizes))
+    held = [0] * len(stages)  # buffer units each stage's copied pieces hold
+    copy_share = host.copy_transactions / host.copy_factor
+    shared = host.bandwidth == "shared"
+    first: list[float | None] = [None] * len(stages)
+    copy_end = [0.0] * len(stages)
+    gemm_start = [0.0] * len(stages)
+    gemm_end = [0.0] * len(stages)
+    t = copier_free = copy_busy = gemm_busy = copy_wait = 0.0
+    ci = gi = 0
+    c_left = g_left = None  # solo seconds left of the running copy piece and GEMM
+    g_share = 0.0
+    while True:
+        if c_left is None and ci < len(pieces) and pieces[ci][2] <= capacity:
+            k, nbytes, units = pieces[ci]
             capacity -= units
-            pending += units
-            seconds = copy_time(piece, host)
-            copier = t + seconds
-            copy_busy += seconds
-        start = max(copier if pieces else 0.0, gemm_end)
-        gemm_end = start + stage.compute
-        if trace:
-            stages_out.append({"stage": stage.name, "copy_start": first,
-                               "copy_end": copier if pieces else None,
-                               "gemm_start": start, "gemm_end": gemm_end})
-        gemm_busy += stage.compute
-        if pending:
-            frees.append((gemm_end, pending))
-    out = {"ttft_s": gemm_end, "copy_s": copy_busy, "compute_s": gemm_busy,
-           "copy_wait_s": copy_wait}
+            held[k] += units
+            copy_wait += t - copier_free
+            first[k] = t if first[k] is None else first[k]
+            c_left = copy_time(nbytes, host)
+        if g_left is None and gi < len(stages) and left[gi] == 0:
+            stage = stages[gi]
+            gemm_start[gi] = t
+            g_left = stage.compute
+            g_share = min(1.0, read_time(stage.nbytes, host) / stage.compute) \
+                if stage.compute else 0.0
+        if c_left is None and g_left is None:
+            if ci < len(pieces):
+                raise ValueError(f"{stages[pieces[ci][0]].name}: the buffers cannot hold one "
+                                 f"matrix")
+            break
+        slow = 1.0
+        if shared and c_left is not None and g_left is not None:
+            slow = max(1.0, copy_share + g_share)
+        dt = min(x * slow for x in (c_left, g_left) if x is not None)
+        t += dt
+        if c_left is not None:
+            copy_busy += dt
+            c_left = None if c_left * slow <= dt else c_left - dt / slow
+            if c_left is None:  # the piece is in
+                k = pieces[ci][0]
+                left[k] -= 1
+                copy_end[k] = t
+                ci += 1
+                copier_free = t
+        if g_left is not None:
+            gemm_busy += dt
+            g_left = None if g_left * slow <= dt else g_left - dt / slow
+            if g_left is None:  # the GEMM is done: its pieces free their buffer space
+                capacity += held[gi]
+                held[gi] = 0
+                gemm_end[gi] = t
+                gi += 1
+    out = {"ttft_s": t, "copy_s": copy_busy, "compute_s": gemm_busy, "copy_wait_s": copy_wait}
     if trace:
-        out["stages"] = stages_out
+        out["stages"] = [{"stage": st.name, "copy_start": first[k],
+                          "copy_end": copy_end[k] if first[k] is not None else None,
+                          "gemm_start": gemm_start[k], "gemm_end": gemm_end[k]}
+                         for k, st in enumerate(stages)]
     return out
 
 
@@ -292,6 +323,7 @@ def sherpa_study(seq_lens=SEQ_LENS, host: SherpaHost = SHERPA_HOST,
         "host": {"gflops": host.gflops, "bandwidth_gbs": host.bandwidth_gbs,
                  "flop": host.flop, "flop_per_byte": round(host.flop_per_byte, 3),
                  "copy": host.copy, "copy_factor": host.copy_factor,
+                 "bandwidth": host.bandwidth,
                  "copy_transactions": host.copy_transactions,
                  "nc_copy_slowdown": host.nc_copy_slowdown},
         "latency_table": {m: latency_table(host=replace(host, flop=m))
