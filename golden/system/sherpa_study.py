@@ -43,7 +43,6 @@ method and left out.
 from __future__ import annotations
 
 import functools
-from collections import deque
 from dataclasses import dataclass, replace
 
 from golden.channel import ChannelModel
