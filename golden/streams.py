@@ -7,7 +7,6 @@ comes out of them. Shared by the channel's controllers (``golden.channel``,
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,7 +65,7 @@ class Command:
                 object.__setattr__(self, name, field_value(name, v, "command field"))
 
     def pack(self) -> int:
-        return pack_command(**dataclasses.asdict(self))
+        return pack_command(**{name: getattr(self, name) for name in COMMAND_FIELDS})
 
     @classmethod
     def unpack(cls, word: int) -> Command:

@@ -140,6 +140,14 @@ class LiveStreams(Streams):
         self.wdata_pops: list[int] = []  # cycle each write beat left its FIFO
         self.closed = False
         self.proc: _Process | None = None
+        self.waiting_now: int | None = None  # the cycle of a bounded query it waits in
+
+    def _wait(self, cond, now: int | None) -> None:
+        """Wait until ``cond()``; ``now``: the cycle the controller asks in
+        (the module may decide every cycle before it without this answer)."""
+        self.waiting_now = now
+        self.proc.wait(cond)
+        self.waiting_now = None
 
     def _decided_before(self, now: int | None) -> bool:
         """The module has decided every cycle before ``now``."""
@@ -153,7 +161,7 @@ class LiveStreams(Streams):
 
     def command(self, i: int) -> Command | None:
         if i >= len(self.commands) and not self.closed:
-            self.proc.wait(lambda: i < len(self.commands) or self.closed)
+            self._wait(lambda: i < len(self.commands) or self.closed, None)
         return self.commands[i] if i < len(self.commands) else None
 
     def arrival(self, i: int, now: int | None = None) -> int | None:
@@ -164,8 +172,8 @@ class LiveStreams(Streams):
                 return None
             if self._decided_before(now):
                 return self._bound()
-            self.proc.wait(lambda: i < len(self.cmd_arrivals) or self.closed
-                           or self._decided_before(now))
+            self._wait(lambda: i < len(self.cmd_arrivals) or self.closed
+                       or self._decided_before(now), now)
 
     def popped(self, i: int, cycle: int) -> None:
         self.cmd_pops.append(cycle)
@@ -178,8 +186,8 @@ class LiveStreams(Streams):
                                  f"but the module has closed")
             if self._decided_before(now):
                 return self._bound() + 1
-            self.proc.wait(lambda: k < len(self.wdata_arrivals) or self.closed
-                           or self._decided_before(now))
+            self._wait(lambda: k < len(self.wdata_arrivals) or self.closed
+                       or self._decided_before(now), now)
         return self.wdata_arrivals[k] + 1
 
     def take_wdata(self, cycle: int | None = None) -> tuple[int, np.ndarray]:
@@ -193,7 +201,7 @@ class LiveStreams(Streams):
         while j >= len(self.rdata_pops):
             if self._decided_before(now):
                 return self._bound() + 1
-            self.proc.wait(lambda: j < len(self.rdata_pops) or self._decided_before(now))
+            self._wait(lambda: j < len(self.rdata_pops) or self._decided_before(now), now)
         return self.rdata_pops[j] + 1
 
 
@@ -253,9 +261,54 @@ class Fabric:
         return len(taken) - bisect.bisect_left(popped, t) < depth
 
     # ---- the module's side -------------------------------------------------
-    def _cycle(self) -> None:
-        """Decide the next cycle."""
+    @staticmethod
+    def _room_from(taken: list[int], popped: list[int], depth: int, t: int) -> int | None:
+        """The first cycle from ``t`` a FIFO has room, from the pops known
+        (None: it waits for a pop not yet known)."""
+        first = bisect.bisect_left(popped, t)
+        need = len(taken) - first - depth  # pops from t on before there is room
+        if need < 0:
+            return t
+        return popped[first + need] + 1 if first + need < len(popped) else None
+
+    def _earliest(self, t: int) -> int:
+        """The first cycle from ``t`` in which the HUB can do anything, as
+        far as the channels' known events tell: a FIFO with room for the
+        register's offer, a read beat to pop; no later than the cycle
+        before one a waiting controller asks in (its answer may make more
+        happen). ``t`` when it cannot tell."""
+        cfg, best = self.hub.channel, None
+        for s in self.streams:
+            for x in ((s.waiting_now - 1) if s.waiting_now is not None else None,
+                      (s.read_issue[len(s.rdata_pops)] + RDATA_POP_LATENCY
+                       if len(s.rdata_pops) < len(s.read_issue) else None)):
+                if x is not None:
+                    best = x if best is None else min(best, x)
+        reg = self.reg
+        if reg is not None:
+            e = reg.emission
+            start = max(t, e.cycle + 1)
+            write = e.command.opcode in WRITES
+            for c, s in enumerate(self.streams):
+                if not e.ch_mask >> c & 1:
+                    continue
+                for free, fifo in ((c not in reg.cmd_taken,
+                                    (s.cmd_arrivals, s.cmd_pops, cfg.cmd_depth)),
+                                   (write and c not in reg.beat_taken,
+                                    (s.wdata_arrivals, s.wdata_pops, cfg.wdata_depth))):
+                    if free:
+                        x = self._room_from(*fifo, start)
+                        if x is None:
+                            continue
+                        best = x if best is None else min(best, x)
+        return t if best is None else max(t, best)
+
+    def _cycle(self, limit: float = float("inf")) -> None:
+        """Decide the next cycle in which anything can happen, or ``limit``
+        if that comes first (the cycles before it decided with nothing in
+        them)."""
         self._settle()
+        self.decided = int(min(self._earliest(self.decided + 1), limit)) - 1
         t = self.decided + 1
         cfg = self.hub.channel
         reg = self.reg
@@ -299,9 +352,13 @@ class Fabric:
             self.h.gpr[word] = lanes
 
     def run_until(self, t: int) -> None:
-        """Decide every cycle through ``t``."""
+        """Decide every cycle through ``t``. With the register free and no
+        read beat to come, nothing happens at the HUB until then: those
+        cycles are decided at once (a controller asking gets its bound)."""
+        if self.reg is None and not any(self.dest):
+            self.decided = max(self.decided, t)
         while self.decided < t:
-            self._cycle()
+            self._cycle(t)
 
     def busy(self) -> bool:
         """The register holds a command or a read beat is still to come."""
