@@ -194,14 +194,14 @@ def test_energy_columns(study):
                         p["quant_energy_mj"] / p["quant_ms"], rel=1e-3)
 
 
-def test_energy_sweep_moves_what_it_names():
+def test_energy_sweep_moves_what_it_names(study):
     """``scale`` multiplies a table value: op_pj moves the ALU category
     only; an unknown key is refused with the valid ones."""
     from golden.config import ConfigError
     from golden.system.jitq_study import kernel_table
 
     base = {(k["format"], k["source"], k["placement"], k["direction"]): k
-            for k in kernel_table()}
+            for k in study["kernels"]}  # the default tables
     for k in kernel_table(scale={"op_pj": 0.5, "act_standby_mw": 2}):
         b0 = base[(k["format"], k["source"], k["placement"], k["direction"])]
         b, was = k["pj_per_element_breakdown"], b0["pj_per_element_breakdown"]
