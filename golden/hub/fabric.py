@@ -256,10 +256,6 @@ class Fabric:
                     p.resume()
                     progressed = True
 
-    @staticmethod
-    def _room(taken: list[int], popped: list[int], depth: int, t: int) -> bool:
-        return len(taken) - bisect.bisect_left(popped, t) < depth
-
     # ---- the module's side -------------------------------------------------
     @staticmethod
     def _room_from(taken: list[int], popped: list[int], depth: int, t: int) -> int | None:
@@ -319,15 +315,15 @@ class Fabric:
             for c, s in enumerate(self.streams):
                 if not e.ch_mask >> c & 1:
                     continue
-                if c not in reg.cmd_taken and self._room(s.cmd_arrivals, s.cmd_pops,
-                                                         cfg.cmd_depth, t):
+                if c not in reg.cmd_taken and self._room_from(
+                        s.cmd_arrivals, s.cmd_pops, cfg.cmd_depth, t) == t:
                     s.commands.append(e.command)
                     s.cmd_arrivals.append(t)
                     reg.cmd_taken.add(c)
                     if read:
                         self.dest[c].append((e.gpr + c, e.discard))
-                if write and c not in reg.beat_taken and self._room(
-                        s.wdata_arrivals, s.wdata_pops, cfg.wdata_depth, t):
+                if write and c not in reg.beat_taken and self._room_from(
+                        s.wdata_arrivals, s.wdata_pops, cfg.wdata_depth, t) == t:
                     s.wdata.append(reg.beat)
                     s.wdata_arrivals.append(t)
                     reg.beat_taken.add(c)

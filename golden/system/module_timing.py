@@ -31,11 +31,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from golden.config import HubConfig
-from golden.hub.decode import _raw_write, write_words
+from golden.hub.decode import _ok, _raw_write, write_words
 from golden.hub.fabric import TimedHub
 from golden.hub.lowering import AttentionLayout
 from golden.hub.session import ChunkAllocator
-from golden.isa import LANES, HostOp, HostStatus, Opcode
+from golden.isa import LANES, HostOp, Opcode
 from golden.streams import Command
 from golden.system.kernel_timing import trace_labels
 
@@ -55,11 +55,6 @@ class ModuleStep:
     cycles: int  # STEP accepted to its response popped
     labels: dict  # kernel_timing's labels of the busiest channel, and ``reduction``
     epu_cycles: int
-
-
-def _ok(rsp) -> None:
-    if rsp.code != HostStatus.OK:
-        raise RuntimeError(f"host operation refused: {rsp}")
 
 
 @functools.lru_cache(maxsize=4096)
