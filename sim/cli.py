@@ -609,12 +609,22 @@ def _outputs(result: dict, args) -> int:
 
 
 def cmd_hetero_training(args) -> int:
-    from golden.system.hetero import WORKLOADS, config_with, hetero_study
+    from dataclasses import replace
 
-    workloads = _name_list(args.workloads, WORKLOADS, "--workloads", "workload")
+    from golden.system.hetero import WORKLOADS, config_with, hetero_study
+    from golden.system.reference import HETERO_PROFILE
+
+    published = args.cpu_profile == "published"
+    known = tuple(HETERO_PROFILE) if published else WORKLOADS
+    if published and args.workloads:
+        for w in args.workloads.split(","):
+            if w.strip() in WORKLOADS and w.strip() not in HETERO_PROFILE:
+                raise ConfigError(f"--cpu-profile published: {w.strip()} has no published profile "
+                                  f"(only {', '.join(HETERO_PROFILE)})")
+    workloads = _name_list(args.workloads, known, "--workloads", "workload")
     if not 0 <= args.offload_fraction <= 1:
         raise ConfigError(f"--offload-fraction must be in [0, 1], not {args.offload_fraction}")
-    cfg = config_with(args.set or [])
+    cfg = replace(config_with(args.set or []), profile=args.cpu_profile)
     result = hetero_study(workloads, steps=args.steps, fraction=args.offload_fraction, cfg=cfg)
     return _outputs(result, args)
 
@@ -702,8 +712,8 @@ STUDY_OPTIONS = {
     "epu-accuracy": {"json", "seed"},
     "sherpa": {"bandwidth", "copy", "flop", "json", "nc_gemm_tokens", "pim_profile", "seq_lens",
                "split_bytes"},
-    "hetero-training": {"csv", "json", "offload_fraction", "plot", "set", "steps",
-                        "workloads"},
+    "hetero-training": {"cpu_profile", "csv", "json", "offload_fraction", "plot", "set",
+                        "steps", "workloads"},
     "jitq": {"json", "models", "set"},
     **{s: _SYSTEM_OPTIONS for s in ("pimphony", "pimphony-scaling", "pimphony-gpu",
                                     "pimphony-serving", "tcp-activation", "librapim",
@@ -851,6 +861,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="jitq: models (comma-separated; default: all of REFERENCE.md)")
     s.add_argument("--offload-fraction", type=float, default=0.9,
                    help="hetero-training: share of the step the offloaded op types cover")
+    s.add_argument("--cpu-profile", choices=("model", "published"), default="model",
+                   help="hetero-training: the CPU profile: every op at the CPU's roofline "
+                        "(default), or scaled to the published shares (VGG-19, AlexNet, "
+                        "DCGAN only)")
     s.add_argument("--scenario", metavar="FILE",
                    help="pimphony, pimphony-scaling, tcp-activation: a TOML scenario; "
                         "--set KEY=VALUE then overrides its keys (dotted for tables, e.g. "

@@ -165,6 +165,15 @@ def test_cli_hetero_training_json(capsys):
                  "--json", "-"]) == 0
     row = json.loads(capsys.readouterr().out)["rows"][0]
     assert row["workload"] == "AlexNet" and row["modes"]["hetero"]["speedup_vs_cpu"] > 1
+    check = row["profile_check"]["Conv2DBackpropFilter"]
+    assert check["published"] == 0.3364 and 0 < check["model"] < 1
+    # the published shares as the profile instead: the check then matches
+    assert main(["run", "hetero-training", "--workloads", "AlexNet", "--steps", "1",
+                 "--cpu-profile", "published", "--json", "-"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["config"]["profile"] == "published"
+    check = data["rows"][0]["profile_check"]["Conv2DBackpropFilter"]
+    assert check["model"] == pytest.approx(check["published"], abs=1e-4)
 
 
 
@@ -316,6 +325,9 @@ def test_cli_librapim_npu_sweep_plot(tmp_path, capsys):
     (["run", "jitq", "--set", "gpu.mx6_tflops=0"], "gpu.mx6_tflops: 0 is not a positive"),
     (["run", "jitq", "--set", "gpu.memory_efficiency=2"], "up to 1"),
     (["run", "hetero-training", "--offload-fraction", "2"], "--offload-fraction must be in"),
+    (["run", "hetero-training", "--cpu-profile", "published", "--workloads", "LSTM"],
+     "LSTM has no published profile"),
+    (["run", "jitq", "--cpu-profile", "published"], "--cpu-profile does not apply to study jitq"),
     (["run", "hetero-training", "--set", "fixed_hz=1"], "hetero-training takes KEY=VALUE"),
     (["sim", "--stream-commands", "0"], "--stream-commands: must be in [1, 10000000]"),
     (["sim", "--test", "no_such_test", "--no-hub", "--no-alu"], "unknown test(s) no_such_test"),

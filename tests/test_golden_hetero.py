@@ -65,20 +65,52 @@ def test_conv_mapping_by_hand():
         take_units(idle, 5)
 
 
+def _roofline(op, cfg=CFG):
+    return max(op.muladd / (cfg.cpu_gflops * 1e9) + op.other / (cfg.cpu_other_gflops * 1e9),
+               op.nbytes / (cfg.cpu_gbs * 1e9))
+
+
 @pytest.mark.parametrize("workload", WORKLOADS)
-def test_profile_matches_the_published_shares(workload):
-    ops = build_graph(workload, 1)
-    roofline = {op.id: max(op.muladd / (CFG.cpu_gflops * 1e9) + op.other / (
-        CFG.cpu_other_gflops * 1e9), op.nbytes / (CFG.cpu_gbs * 1e9)) for op in ops}
+def test_profile_is_the_cpu_roofline(workload):
+    """The default profile: every op at the CPU's roofline; the types'
+    totals are step 0's."""
+    ops = build_graph(workload, 2)
     types = profile(ops, workload)
+    assert all(op.cpu_s == _roofline(op) for op in ops)
+    assert all(op.accesses == -(-op.nbytes // 64) for op in ops)
+    step0 = [op for op in ops if op.step == 0]
+    assert sum(t["ops"] for t in types.values()) == len(step0)
+    assert sum(t["time_s"] for t in types.values()) == pytest.approx(
+        sum(op.cpu_s for op in step0))
+
+
+@pytest.mark.parametrize("workload", sorted(HETERO_PROFILE))
+def test_published_profile_matches_the_published_shares(workload):
+    cfg = HeteroConfig(profile="published")
+    ops = build_graph(workload, 1)
+    types = profile(ops, workload, cfg)
     total = sum(t["time_s"] for t in types.values())
     for kind, share in HETERO_PROFILE[workload].items():
         assert types[kind]["time_s"] / total == pytest.approx(share, rel=1e-9)
     # no op runs faster than its roofline, and one profiled type sits on it
-    assert all(op.cpu_s >= roofline[op.id] * (1 - 1e-12) for op in ops)
-    assert any(op.cpu_s == pytest.approx(roofline[op.id]) for op in ops
+    assert all(op.cpu_s >= _roofline(op) * (1 - 1e-12) for op in ops)
+    assert any(op.cpu_s == pytest.approx(_roofline(op)) for op in ops
                if op.kind in HETERO_PROFILE[workload])
-    assert all(op.accesses == -(-op.nbytes // 64) for op in ops)
+
+
+def test_profile_check_and_its_errors():
+    from golden.system.hetero import profile_check
+
+    types = {"Conv2D": {"time_s": 3.0}, "MatMul": {"time_s": 1.0}}
+    check = profile_check(types, "AlexNet")
+    assert check["Conv2D"] == {"model": 0.75, "published": 0.1048}
+    assert check["MatMul"] == {"model": 0.25, "published": 0.1354}
+    assert check["BiasAddGrad"] == {"model": 0.0, "published": 0.0462}
+    assert profile_check(types, "LSTM") == {}
+    with pytest.raises(ValueError, match="LSTM has no published profile"):
+        profile(build_graph("LSTM", 1), "LSTM", HeteroConfig(profile="published"))
+    with pytest.raises(ValueError, match="profile must be one of model, published"):
+        HeteroConfig(profile="measured")
 
 
 def test_rank_offload_by_hand():
@@ -97,7 +129,7 @@ def test_graph_dependencies_link_steps_through_weight_updates():
     ops = build_graph("AlexNet", 2)
     by_name = {(op.step, op.name): op for op in ops}
     conv = by_name[(1, "conv0.fwd")]
-    update = by_name[(0, "conv0.update")]
+    update = by_name[(0, "conv0.kernel.update")]
     assert update.id in conv.deps and by_name[(1, "input.normalize")].id in conv.deps
     assert not by_name[(1, "input.normalize")].deps  # free to run ahead
     assert "conv0.in_grad" not in {op.name for op in ops}  # no gradient for the image
@@ -138,7 +170,13 @@ def test_runtime_respects_dependencies_and_resources(workload, pipelining):
     offload = rank_offload(profile(ops, workload))
     out = run(ops, offload, pipelining=pipelining)
     _check_schedule(ops, out["devices"], pipelining)
-    assert (out["pipelined_ops"] > 0) == pipelining
+    # a later step's multiply/add ops start early on idle fixed-function
+    # units; not in LSTM and Word2vec, whose steps begin with an embedding
+    # lookup that waits for the previous step's update
+    if not pipelining:
+        assert out["pipelined_ops"] == 0
+    elif workload not in ("LSTM", "Word2vec"):
+        assert out["pipelined_ops"] > 0
     cats = critical_path(ops, list(out["devices"].runs.values()))
     makespan = max(r.end for r in out["devices"].runs.values())
     assert sum(cats.values()) == pytest.approx(makespan, rel=1e-9)
@@ -155,10 +193,14 @@ def test_cpu_only_is_the_serial_profile():
 @pytest.mark.parametrize("workload", WORKLOADS)
 def test_heterogeneous_beats_every_single_kind(workload):
     """The single-kind baselines run one op at a time: the fixed-function
-    pool still beats the CPU, the programmable PIM alone does not (its
-    cores are slower than the CPU on what is offloaded)."""
+    pool still beats the CPU (not on Word2vec, whose ops take microseconds
+    on the CPU, less than the PIM's 2 us synchronization), the programmable
+    PIM alone does not (its cores are slower than the CPU on what is
+    offloaded)."""
     step = {m: scenario(workload, m, steps=2)["step_ms"] for m in MODES}
-    assert step["hetero"] < step["fixed-only"] < step["cpu-only"] < step["prog-only"]
+    assert step["hetero"] < min(step["fixed-only"], step["cpu-only"])
+    assert max(step["fixed-only"], step["cpu-only"]) < step["prog-only"]
+    assert (step["fixed-only"] < step["cpu-only"]) == (workload != "Word2vec")
 
 
 @pytest.mark.parametrize("mode", ["prog-only", "fixed-only"])
@@ -363,6 +405,6 @@ def test_preemptive_sharing_by_hand():
         0.75 * op_s + fixed_s)
     assert r.unit_seconds == pytest.approx(8 * op_s / 2 + 16 * (r.end - op_s / 2))
     assert dev.share(lambda op: 16) == 0  # it has all it can use
-    on = scenario("DCGAN", "hetero", steps=2)
-    off = scenario("DCGAN", "hetero", steps=2, sharing=False)
+    on = scenario("Inception-v3", "hetero", steps=1)  # its branches free units unevenly
+    off = scenario("Inception-v3", "hetero", steps=1, sharing=False)
     assert on["shared_units"] > 0 == off["shared_units"] and on["step_ms"] < off["step_ms"]

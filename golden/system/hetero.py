@@ -1,19 +1,18 @@
 """Heterogeneous PIM for NN training: fixed-function PIMs, a programmable
 PIM and the CPU under one runtime (DESIGN.md §2.7, REFERENCE.md).
 
-Workloads (``build_graph``)
-    Training steps as operation graphs (TensorFlow-style op types): every
-    op has its multiply/add work (what a fixed-function PIM can do), its
-    other work (compares, exponentials: programmable cores only), the bytes
-    it reads and writes, and its dependencies. Step ``s + 1``'s forward op
-    of a layer depends on step ``s``'s weight update of that layer.
+Workloads (``build_graph``, ``golden/system/hetero_nets.py``)
+    Training steps of the seven workloads as operation graphs
+    (TensorFlow-style op types) written from the networks' layer shapes.
 
 Profile (``profile``)
-    One step on the CPU: a roofline time per op; then the op types that
-    REFERENCE.md profiles are scaled to their published shares of the step
-    and the other types together to the remainder, choosing the shortest
-    step in which no op type runs faster than its roofline; memory accesses
-    are the op's bytes in 64 B lines.
+    One step on the CPU: each op at the CPU's roofline (its multiply/adds,
+    its other work and its bytes at the CPU's assumed rates); memory
+    accesses are the op's bytes in 64 B lines. The shares REFERENCE.md
+    publishes for three workloads are a check on it (``profile_check``).
+    ``profile="published"`` instead scales the profiled op types to their
+    published shares (the other types together to the remainder), in the
+    shortest step where no type beats its roofline: a sensitivity case.
 
 Devices (``Devices``, the low-level API)
     ``pim_fix(op, units)`` runs an op's multiply/add work on ``units``
@@ -44,10 +43,12 @@ Runtime (``run``)
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from dataclasses import dataclass, field, replace
 
 from golden.energy import energy_params
+from golden.system.hetero_nets import NETWORKS, Op, build_graph  # noqa: F401 (re-exported)
 from golden.system.reference import (
     HETERO_BANK_GRID,
     HETERO_BANKS,
@@ -59,10 +60,12 @@ from golden.system.reference import (
     HETERO_PROG_HZ,
 )
 
-WORKLOADS = tuple(HETERO_PROFILE)
+WORKLOADS = tuple(NETWORKS)
 MODES = ("cpu-only", "prog-only", "fixed-only", "hetero")
+#: Where the CPU profile comes from: the ops at the CPU's roofline, or
+#: scaled to the published shares (VGG-19, AlexNet, DCGAN only).
+PROFILES = ("model", "published")
 LINE = 64
-F32 = 4
 #: The stack's DRAM, from the hbm2-pim profile's energy table (an
 #: assumption: an HMC vault taken to cost what an HBM2 pseudo-channel
 #: does; docs/energy.md has the table's sources): a byte read or written
@@ -86,6 +89,7 @@ class HeteroConfig:
     prog_cores: int = HETERO_PROG_CORES
     prog_hz: float = HETERO_PROG_HZ
     placement: str = "edge"  # "edge": corner 3 : edge 2 : centre 1 units; "uniform"
+    profile: str = "model"  # the CPU profile (PROFILES)
     # assumptions
     prog_muladd_per_cycle: float = 4.0  # per core (two-lane FP32 SIMD multiply-add)
     prog_other_per_cycle: float = 1.0  # per core
@@ -117,6 +121,9 @@ class HeteroConfig:
     def __post_init__(self):
         if self.placement not in ("edge", "uniform"):
             raise ValueError(f"placement must be 'edge' or 'uniform', not {self.placement!r}")
+        if self.profile not in PROFILES:
+            raise ValueError(f"profile must be one of {', '.join(PROFILES)}, "
+                             f"not {self.profile!r}")
         for name in ("fixed_units", "prog_cores", "min_units"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
@@ -175,10 +182,16 @@ def take_units(idle: list[int], units: int) -> list[int]:
     if units < 1 or units > sum(idle):
         raise ValueError(f"{units} fixed-function units requested, {sum(idle)} idle")
     held = [0] * len(idle)
+    heap = [(-n, i) for i, n in enumerate(idle) if n]  # the most idle, then the lowest bank
+    heapq.heapify(heap)
     for _ in range(units):
-        b = max(range(len(idle)), key=lambda i: (idle[i], -i))
+        n, b = heap[0]
         idle[b] -= 1
         held[b] += 1
+        if idle[b]:
+            heapq.heapreplace(heap, (n + 1, b))
+        else:
+            heapq.heappop(heap)
     return held
 
 
@@ -216,231 +229,36 @@ def conv_mapping(k: int = 11, cfg: HeteroConfig | None = None) -> dict:
             "packed": where(packed)}
 
 
-# ---- workloads --------------------------------------------------------------
-
-
-@dataclass
-class Op:
-    id: int
-    name: str
-    kind: str
-    step: int
-    muladd: float  # FLOPs a fixed-function PIM can do (multiplies and adds)
-    other: float  # FLOPs needing a programmable core
-    nbytes: int  # read + written
-    out_bytes: int
-    deps: list[int] = field(default_factory=list)
-    layer: str = ""
-    cpu_s: float = 0.0  # profiled CPU time
-    accesses: int = 0  # profiled memory accesses (64 B lines)
-
-    @property
-    def fixed_ok(self) -> bool:
-        return self.other == 0 and self.muladd > 0
-
-
-# layer specs: ("conv", cout, k, stride, pad) | ("deconv", cout, k, stride) |
-# ("pool", k, stride) | ("fc", dout) | ("bn",) | ("act", name) | ("loss",)
-def _vgg19():
-    spec = []
-    for cout, n in ((64, 2), (128, 2), (256, 4), (512, 4), (512, 4)):
-        spec += [("conv", cout, 3, 1, 1), ("act", "Relu")] * n + [("pool", 2, 2)]
-    spec += [("fc", 4096), ("act", "Relu"), ("fc", 4096), ("act", "Relu"), ("fc", 1000),
-             ("loss",)]
-    return (3, 224), spec
-
-
-def _alexnet():
-    spec = [("conv", 96, 11, 4, 0), ("act", "Relu"), ("pool", 3, 2),
-            ("conv", 256, 5, 1, 2), ("act", "Relu"), ("pool", 3, 2),
-            ("conv", 384, 3, 1, 1), ("act", "Relu"), ("conv", 384, 3, 1, 1), ("act", "Relu"),
-            ("conv", 256, 3, 1, 1), ("act", "Relu"), ("pool", 3, 2),
-            ("fc", 4096), ("act", "Relu"), ("fc", 4096), ("act", "Relu"), ("fc", 1000),
-            ("loss",)]
-    return (3, 227), spec
-
-
-def _dcgan():
-    # generator (z 100 -> 64 x 64 x 3), then the discriminator on real and
-    # fake images (batch doubled), trained together in one step
-    spec = [("fc", 4 * 4 * 1024), ("reshape", 1024, 4), ("bn",), ("act", "Relu")]
-    for cout in (512, 256, 128):
-        spec += [("deconv", cout, 5, 2), ("bn",), ("act", "Relu")]
-    spec += [("deconv", 3, 5, 2), ("act", "Tanh"), ("double",)]
-    spec += [("conv", 64, 5, 2, 2), ("act", "LeakyRelu")]
-    for cout in (128, 256, 512):
-        spec += [("conv", cout, 5, 2, 2), ("bn",), ("act", "LeakyRelu")]
-    spec += [("fc", 1), ("loss",)]
-    return (100, 1), spec
-
-
-NETWORKS = {"VGG-19": _vgg19, "AlexNet": _alexnet, "DCGAN": _dcgan}
-
-
-class _Builder:
-    def __init__(self, ops: list[Op], step: int):
-        self.ops, self.step = ops, step
-
-    def add(self, name, kind, muladd, other, in_elems, out_elems, deps, layer, w_elems=0):
-        op = Op(len(self.ops), name, kind, self.step, float(muladd), float(other),
-                F32 * int(in_elems + out_elems + w_elems), F32 * int(out_elems),
-                [d for d in deps if d is not None], layer)
-        self.ops.append(op)
-        return op.id
-
-
-def build_graph(workload: str, steps: int = 1, batch: int | None = None) -> list[Op]:
-    """``steps`` training steps of ``workload`` as one op graph."""
-    if workload not in NETWORKS:
-        raise ValueError(f"unknown workload {workload!r} (known: {', '.join(NETWORKS)})")
-    if steps < 1:
-        raise ValueError("steps must be >= 1")
-    n = batch or HETERO_BATCH[workload]
-    (c0, h0), spec = NETWORKS[workload]()
-    ops: list[Op] = []
-    updates: dict[str, int] = {}  # layer -> weight-update op of the previous step
-    for step in range(steps):
-        b = _Builder(ops, step)
-        c, h, first_weighted = c0, h0, True
-        batch_n = n
-        # the step's input: normalised images (a multiply/add per pixel, no
-        # dependency on the previous step), or the generator's noise
-        if h0 > 1:
-            e = n * c0 * h0 * h0
-            last = b.add("input.normalize", "Sub", e, 0, e, e, [], "input")
-        else:
-            last = b.add("input.noise", "RandomStandardNormal", 0, n * c0, 0, n * c0, [],
-                         "input")
-        grads = []  # backward closures, run in reverse
-        for li, layer in enumerate(spec):
-            kind, name = layer[0], f"{layer[0]}{li}"
-            elems_in = batch_n * c * h * h
-            if kind == "conv":
-                _, cout, k, s, p = layer
-                ho = (h + 2 * p - k) // s + 1
-                out, w = batch_n * cout * ho * ho, cout * c * k * k
-                macs = 2 * out * c * k * k
-                fwd = b.add(f"{name}.fwd", "Conv2D", macs, 0, elems_in, out,
-                            [last, updates.get(name)], name, w)
-                last = b.add(f"{name}.bias", "BiasAdd", out, 0, out, out, [fwd], name, cout)
-                grads.append((name, "conv", fwd, elems_in, out, w, cout, macs, first_weighted))
-                c, h, first_weighted = cout, ho, False
-            elif kind == "deconv":
-                _, cout, k, s = layer
-                ho = h * s
-                out, w = batch_n * cout * ho * ho, cout * c * k * k
-                macs = 2 * elems_in * cout * k * k
-                last = b.add(f"{name}.fwd", "Conv2DBackpropInput", macs, 0, elems_in, out,
-                             [last, updates.get(name)], name, w)
-                grads.append((name, "deconv", last, elems_in, out, w, 0, macs, False))
-                c, h = cout, ho
-            elif kind == "fc":
-                _, dout = layer
-                din = c * h * h
-                w, out = din * dout, batch_n * dout
-                macs = 2 * batch_n * din * dout
-                fwd = b.add(f"{name}.fwd", "MatMul", macs, 0, elems_in, out,
-                            [last, updates.get(name)], name, w)
-                last = b.add(f"{name}.bias", "BiasAdd", out, 0, out, out, [fwd], name, dout)
-                grads.append((name, "fc", fwd, elems_in, out, w, dout, macs, first_weighted))
-                c, h, first_weighted = dout, 1, False
-            elif kind == "reshape":
-                c, h = layer[1], layer[2]
-            elif kind == "double":  # real images join the generated ones
-                e = batch_n * c * h * h
-                real = b.add("real.normalize", "Sub", e, 0, e, e, [], "real")
-                last = b.add("real.concat", "ConcatV2", 0, 2 * e, 2 * e, 2 * e, [last, real],
-                             "real")
-                batch_n *= 2
-            elif kind == "pool":
-                _, k, s = layer
-                ho = (h - k) // s + 1
-                out = batch_n * c * ho * ho
-                last = b.add(f"{name}.fwd", "MaxPool", 0, out * k * k, elems_in, out, [last],
-                             name)
-                grads.append((name, "pool", last, elems_in, out, 0, 0, out * k * k, False))
-                h = ho
-            elif kind == "bn":
-                stats = b.add(f"{name}.moments", "Moments", 2 * elems_in, c, elems_in, 2 * c,
-                              [last], name)
-                last = b.add(f"{name}.scale", "Mul", 2 * elems_in, 0, elems_in, elems_in,
-                             [stats, updates.get(name)], name, 2 * c)
-                grads.append((name, "bn", last, elems_in, elems_in, 2 * c, c, 0, False))
-            elif kind == "act":
-                mul = elems_in if layer[1] == "LeakyRelu" else 0  # slope on negatives
-                last = b.add(f"{name}.fwd", layer[1], mul, elems_in, elems_in, elems_in, [last],
-                             name)
-                grads.append((name, "act", last, elems_in, elems_in, 0, 0, 0, layer[1]))
-            elif kind == "loss":
-                classes = c * h * h
-                last = b.add(f"{name}.xent", "SoftmaxCrossEntropy", 2 * batch_n * classes,
-                             batch_n * classes, elems_in, elems_in, [last], name)
-        # backward: grad is the op producing the gradient of the current output
-        grad = last
-        step_updates = {}
-        for name, kind, fwd, e_in, e_out, w, bias, macs, extra in reversed(grads):
-            if kind in ("conv", "fc"):
-                first = extra
-                kinds = ("Conv2DBackpropFilter", "Conv2DBackpropInput") if kind == "conv" \
-                    else ("MatMul", "MatMul")
-                bg = b.add(f"{name}.bias_grad", "BiasAddGrad", e_out, 0, e_out, bias, [grad],
-                           name)
-                wg = b.add(f"{name}.w_grad", kinds[0], macs, 0, e_in + e_out, w, [grad, fwd],
-                           name)
-                new = grad if first else b.add(f"{name}.in_grad", kinds[1], macs, 0, e_out,
-                                               e_in, [grad], name, w)
-                step_updates[name] = b.add(f"{name}.update", "ApplyGradientDescent",
-                                           2 * (w + bias), 0, 2 * (w + bias), w + bias,
-                                           [wg, bg], name)
-                grad = new
-            elif kind == "deconv":
-                wg = b.add(f"{name}.w_grad", "Conv2DBackpropFilter", macs, 0, e_in + e_out, w,
-                           [grad, fwd], name)
-                grad = b.add(f"{name}.in_grad", "Conv2D", macs, 0, e_out, e_in, [grad], name, w)
-                step_updates[name] = b.add(f"{name}.update", "ApplyGradientDescent", 2 * w, 0,
-                                           2 * w, w, [wg], name)
-            elif kind == "pool":
-                grad = b.add(f"{name}.grad", "MaxPoolGrad", e_in, macs, e_in + e_out, e_in,
-                             [grad, fwd], name)
-            elif kind == "bn":
-                sg = b.add(f"{name}.scale_grad", "Sum", 2 * e_in, 0, 2 * e_in, w, [grad], name)
-                grad = b.add(f"{name}.grad", "Mul", 2 * e_in, 0, 2 * e_in, e_in, [grad, fwd],
-                             name)
-                step_updates[name] = b.add(f"{name}.update", "ApplyGradientDescent", 2 * w, 0,
-                                           2 * w, w, [sg], name)
-            elif kind == "act":  # compare, then scale the gradient (mixed)
-                grad = b.add(f"{name}.grad", f"{extra}Grad", e_in, e_in, 2 * e_in, e_in,
-                             [grad, fwd], name)
-        updates = step_updates
-    return ops
-
-
 # ---- profile and ranking ----------------------------------------------------
 
 
 def profile(ops: list[Op], workload: str, cfg: HeteroConfig = HeteroConfig()) -> dict:
-    """Set ``cpu_s`` and ``accesses`` of every op (calibrated to the
-    published shares of ``workload``); returns per-type totals of step 0."""
-    shares = HETERO_PROFILE[workload]
-    missing = set(shares) - {op.kind for op in ops}
-    if missing:
-        raise ValueError(f"{workload}: the graph has no {sorted(missing)} ops")
+    """Set ``cpu_s`` and ``accesses`` of every op; returns per-type totals
+    of step 0. ``cfg.profile`` says how (:data:`PROFILES`)."""
     for op in ops:
         op.cpu_s = max(op.muladd / (cfg.cpu_gflops * 1e9) + op.other / (cfg.cpu_other_gflops
                                                                         * 1e9),
                        op.nbytes / (cfg.cpu_gbs * 1e9))
         op.accesses = -(-op.nbytes // LINE)
     step0 = [op for op in ops if op.step == 0]
-    raw: dict[str, float] = {}
-    for op in step0:
-        raw[op.kind] = raw.get(op.kind, 0.0) + op.cpu_s
-    rest = sum(t for k, t in raw.items() if k not in shares)
-    rest_share = 1 - sum(shares.values())
-    # the smallest step in which no op type beats its roofline
-    total = max([rest / rest_share] + [raw[k] / shares[k] for k in shares])
-    scale = {k: shares[k] * total / raw[k] for k in shares}
-    for op in ops:
-        op.cpu_s *= scale.get(op.kind, rest_share * total / rest)
+    if cfg.profile == "published":
+        if workload not in HETERO_PROFILE:
+            raise ValueError(f"{workload} has no published profile (only "
+                             f"{', '.join(HETERO_PROFILE)}): use profile=model")
+        shares = HETERO_PROFILE[workload]
+        missing = set(shares) - {op.kind for op in ops}
+        if missing:
+            raise ValueError(f"{workload}: the graph has no {sorted(missing)} ops")
+        raw: dict[str, float] = {}
+        for op in step0:
+            raw[op.kind] = raw.get(op.kind, 0.0) + op.cpu_s
+        rest = sum(t for k, t in raw.items() if k not in shares)
+        rest_share = 1 - sum(shares.values())
+        # the smallest step in which no op type beats its roofline
+        total = max([rest / rest_share] + [raw[k] / shares[k] for k in shares])
+        scale = {k: shares[k] * total / raw[k] for k in shares}
+        for op in ops:
+            op.cpu_s *= scale.get(op.kind, rest_share * total / rest)
     types: dict[str, dict] = {}
     for op in step0:
         t = types.setdefault(op.kind, {"time_s": 0.0, "accesses": 0, "ops": 0,
@@ -450,6 +268,15 @@ def profile(ops: list[Op], workload: str, cfg: HeteroConfig = HeteroConfig()) ->
         t["ops"] += 1
         t["fixed_ok"] &= op.fixed_ok
     return types
+
+
+def profile_check(types: dict[str, dict], workload: str) -> dict:
+    """The profile's shares of the op types REFERENCE.md profiles for
+    ``workload`` beside the published ones (empty when none are)."""
+    total = sum(t["time_s"] for t in types.values())
+    return {k: {"model": round(types[k]["time_s"] / total, 4) if k in types else 0.0,
+                "published": share}
+            for k, share in HETERO_PROFILE.get(workload, {}).items()}
 
 
 def rank_offload(types: dict[str, dict], fraction: float = 0.9) -> list[str]:
@@ -1039,6 +866,8 @@ def hetero_study(workloads=WORKLOADS, steps: int = 4, fraction: float = 0.9,
             "profile": {k: {"share": round(t["time_s"] / total, 4), "accesses": t["accesses"],
                             "ops": t["ops"], "fixed_function": t["fixed_ok"]}
                         for k, t in sorted(types.items(), key=lambda kv: -kv[1]["time_s"])},
+            # the published shares (where there are any) beside the profile's
+            "profile_check": profile_check(types, w),
             "modes": runs,
         })
     return {"study": "hetero-training", "config": {k: v for k, v in cfg.__dict__.items()},

@@ -273,8 +273,10 @@ HETERO_FIXED_HZ = 312.5e6
 HETERO_PROG_CORES = 4
 HETERO_PROG_HZ = 2e9
 
-#: Batch sizes and the published share of step time of the top operations.
-HETERO_BATCH = {"VGG-19": 32, "AlexNet": 32, "DCGAN": 64}
+#: Batch sizes of the seven workloads and the published share of step time of
+#: the top operations (profiled for three of them).
+HETERO_BATCH = {"VGG-19": 32, "AlexNet": 32, "DCGAN": 64, "ResNet-50": 128,
+                "Inception-v3": 32, "LSTM": 20, "Word2vec": 128}
 HETERO_PROFILE = {
     "VGG-19": {"Conv2DBackpropFilter": 0.4015, "Conv2DBackpropInput": 0.3268,
                "BiasAddGrad": 0.1192, "Conv2D": 0.1034, "MaxPoolGrad": 0.0149},
