@@ -806,7 +806,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"device profile: {', '.join(PROFILES)} or a TOML file")
         s.add_argument("--set", action="append", metavar="KEY=VALUE",
                        help="override a geometry or timing key, e.g. --set banks=8; system "
-                            "studies: a scenario key; hetero-training: an energy key; jitq: "
+                            "studies: a scenario key; hetero-training: a device or energy "
+                            "assumption (HeteroConfig); jitq: "
                             "energy.KEY=FACTOR or gpu.KEY=VALUE (an assumption of its GPU)")
         s.add_argument("--seed", type=_int_in(0, SEED_MAX), default=0)
         s.add_argument("--json", metavar="FILE", help="write JSON to FILE ('-' for stdout)")

@@ -347,6 +347,9 @@ def test_study_energy_columns_and_overrides():
     with pytest.raises(ConfigError, match="not a number in"):
         config_with(["prog_core_w=-1"])
     assert config_with(["core_area_units=8"]).core_area_units == 8
+    assert config_with(["cpu_gflops=400", "fix_sync_s=0"]).cpu_gflops == 400
+    with pytest.raises(ConfigError, match="cpu_gbs: a rate must be > 0"):
+        config_with(["cpu_gbs=0"])
     with pytest.raises(ConfigError, match="not a whole number"):
         config_with(["core_area_units=2.5"])
 

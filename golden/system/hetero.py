@@ -135,18 +135,24 @@ class HeteroConfig:
 ENERGY_KEYS = ("fixed_pj_per_flop", "prog_core_w", "cpu_dynamic_w", "cpu_idle_w",
                "link_pj_per_byte", "network_pj_per_byte", "dram_pj_per_byte",
                "stack_static_w")
-SET_KEYS = (*ENERGY_KEYS, "core_area_units")
+#: The device assumptions that set the step times (rates must be > 0).
+TIMING_KEYS = ("cpu_gflops", "cpu_other_gflops", "cpu_gbs", "bank_gbs", "network_gbs",
+               "prog_muladd_per_cycle", "prog_other_per_cycle", "fix_sync_s", "prog_sync_s")
+SET_KEYS = (*ENERGY_KEYS, *TIMING_KEYS, "core_area_units")
 
 
 def config_with(pairs) -> HeteroConfig:
     """The default HeteroConfig with ``KEY=VALUE`` pairs of
-    :data:`SET_KEYS` (each a number in [0, 1e6]; ``core_area_units`` an
-    integer)."""
+    :data:`SET_KEYS` (each a number in [0, 1e6]; a rate of
+    :data:`TIMING_KEYS` above 0; ``core_area_units`` an integer)."""
     from golden.config import ConfigError, number_setting
 
     usage = f"hetero-training takes KEY=VALUE with KEY one of {', '.join(SET_KEYS)}"
     values = dict(number_setting(pair, SET_KEYS.__contains__, usage, 1e6,
                                  "a number in [0, 1e6]") for pair in pairs)
+    for key in TIMING_KEYS:
+        if key in values and values[key] <= 0 and not key.endswith("_sync_s"):
+            raise ConfigError(f"--set {key}: a rate must be > 0, not {values[key]:g}")
     if "core_area_units" in values:
         v = values["core_area_units"]
         if v != int(v):
