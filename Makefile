@@ -45,7 +45,7 @@ lint: $(STAMP) tools
 
 waves: $(STAMP) tools
 	$(BIN)/pimorch sim --sim $(SIM) --waves
-	@echo "open one with: gtkwave build/sim/runs/$(SIM)-waves/<test>/waves.vcd build/sim/runs/$(SIM)-waves/<test>/channel.gtkw"
+	@echo "each test's run folder holds waves.vcd, a view per block (<block>.gtkw) and golden_trace.txt; open a view with the 'view:' command printed under its test (docs/waveforms.md)"
 
 bench: $(STAMP) tools
 	$(BIN)/pimorch bench --json build/bench.json

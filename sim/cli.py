@@ -140,9 +140,17 @@ def _emit(data: dict, json_path: str | None) -> None:
 # ---- commands -------------------------------------------------------------
 
 
+def _policy_flag(config) -> str:
+    """`` --policy P`` of a channel or HUB configuration ('' otherwise)."""
+    policy = getattr(config, "policy", None) or getattr(
+        getattr(config, "channel", None), "policy", None)
+    return f" --policy {policy}" if policy else ""
+
+
 def cmd_sim(args) -> int:
     from golden.config import POLICIES, small_config, small_hub_config
     from sim import runner
+    from sim.waves import open_commands
     from tb import play_tests
 
     args.sim = _env_sim(args.sim)
@@ -218,9 +226,15 @@ def cmd_sim(args) -> int:
                 print(f"  {status}  {r.name:28} {m.get('commands', 0):>7} cmds "
                       f"{m.get('cycles', 0):>9} cycles {r.wall_s:8.2f} s  seed {cocotb_seed}"
                       + (f"  {wave}" if wave.is_file() else ""), flush=True)
+                if wave.is_file():
+                    for line in open_commands(test_dir):
+                        print(f"        view: {line}")
                 if not r.passed:
                     print(f"        replay: pimorch sim --sim {args.sim} --test {r.name} "
-                          f"--seed {cocotb_seed}")
+                          f"--seed {cocotb_seed}{_policy_flag(config)}")
+                    if not wave.is_file():
+                        print(f"        with waves: pimorch sim --sim {args.sim} --waves "
+                              f"--test {r.name} --seed {cocotb_seed}{_policy_flag(config)}")
                     print(f"        {r.message.splitlines()[0] if r.message else ''}")
                     print(f"        log: {test_dir / 'sim.log'}")
         for name in played:
@@ -235,9 +249,7 @@ def cmd_sim(args) -> int:
                   flush=True)
             if not r.passed:
                 print(f"        {r.message.splitlines()[0] if r.message else ''}")
-                policy = getattr(config, "policy", None) or getattr(
-                    getattr(config, "channel", None), "policy", None)
-                policy = f" --policy {policy}" if policy else ""
+                policy = _policy_flag(config)
                 print(f"        replay: pimorch sim --sim {args.sim}{policy} "
                       f"--test {name} --seed {r.seed}"
                       + (f" --stream-commands {size}" if size else ""))

@@ -148,8 +148,14 @@ def run(sim: str, testcases: list[str] | None = None,
     module = module or default
     if seed is None:  # the run's seed, chosen here so the testbench can print it (tb/seeds.py)
         seed = secrets.randbelow(1 << 32)
+    policy = getattr(config, "policy", None) or getattr(getattr(config, "channel", None),
+                                                         "policy", "")
     env = {"PIMORCH_CONFIG": json.dumps(dataclasses.asdict(config)),
-           "PIMORCH_TEST_DIR": str(test_dir), "PIMORCH_SEED": str(seed), **(extra_env or {})}
+           "PIMORCH_TEST_DIR": str(test_dir), "PIMORCH_SEED": str(seed),
+           # what a failing check needs to say how to rewrite the run with waves
+           "PIMORCH_SIM": sim, "PIMORCH_WAVES": "1" if waves else "0",
+           "PIMORCH_TESTS": ",".join(testcases or []), "PIMORCH_POLICY": policy or "",
+           **(extra_env or {})}
     plusargs = [f"+dumpfile_path={test_dir / 'waves.vcd'}"] if waves and sim == "icarus" else []
     started = time.perf_counter()
     with _waves_env(waves):
@@ -198,41 +204,20 @@ def parse_results(xml: Path) -> list[TestResult]:
 
 
 def convert_waves(sim: str, test_dir: Path) -> Path | None:
-    """Leave ``waves.vcd`` and its GTKWave view in the run folder (Icarus
-    writes it there; Verilator writes ``dump.vcd``)."""
+    """Leave ``waves.vcd`` in the run folder (Icarus writes it there;
+    Verilator writes ``dump.vcd``) with a GTKWave view per block and the
+    translate filters beside it (sim/waves.py)."""
+    from sim.waves import write_views
+
     vcd = test_dir / "waves.vcd"
     if sim == "verilator":
         dump = test_dir / "dump.vcd"
         if dump.is_file():
             dump.replace(vcd)
     if vcd.is_file():
-        write_gtkw(vcd)
+        write_views(vcd)
         return vcd
     return None
-
-
-#: The main view: the streams, the controller's issue trace and status.
-GTKW_SIGNALS = ("clk", "rst", "cycle", "cmd__valid", "cmd__ready", "cmd__payload",
-                "wdata__valid", "wdata__ready", "rdata__valid", "rdata__ready", "trace__valid",
-                "trace__payload", "status", "open", "gap0_cnt", "gap1_cnt", "ccd_cnt",
-                "outstanding", "compute_q_count", "io_q_count", "fence")
-
-
-def write_gtkw(vcd: Path) -> Path:
-    """A GTKWave save file with the main view, beside the VCD."""
-    from vcdvcd import VCDVCD
-
-    names = VCDVCD(str(vcd), only_sigs=True).signals
-    by_leaf = {}  # the toplevel's ports first, then the channel's nets, then its blocks'
-    for n in sorted(names, key=lambda x: x.count(".")):
-        by_leaf.setdefault(n.split(".")[-1].split("[")[0], n)
-    lines = [f'[dumpfile] "{vcd.resolve()}"', "[timestart] 0"]
-    for leaf in GTKW_SIGNALS:
-        if leaf in by_leaf:
-            lines += ["@22" if "[" in by_leaf[leaf] else "@28", by_leaf[leaf]]
-    out = vcd.with_name("channel.gtkw")
-    out.write_text("\n".join(lines) + "\n")
-    return out
 
 
 def waves_enabled() -> bool:

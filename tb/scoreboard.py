@@ -10,6 +10,7 @@ and its commands are ALU command words (``model_for`` picks the model)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,10 @@ from golden.alu import AluChannel, AluConfig
 from golden.channel import ChannelModel, Command, RunResult
 from golden.config import ChannelConfig
 from golden.isa import (
+    ALU_COMMAND_FIELDS,
+    COMMAND_FIELDS,
+    DEVICE_ACTIONS,
+    ISA,
     REFRESH_ID,
     STATUS_FIELDS,
     TRACE_FIELDS,
@@ -204,13 +209,65 @@ def refresh_tail(trace: list[tuple[int, int, int]], want: list[tuple[int, int, i
     return list(trace[:keep])
 
 
+def _name(opcode: int) -> str:
+    return Opcode(opcode).name if opcode in Opcode._value2member_map_ else str(opcode)
+
+
+def trace_lines(trace: list[tuple[int, int, int]], commands) -> list[str]:
+    """An issue trace as text, one entry a line: cycle, command ID, opcode
+    and, for a command from the stream, the fields its opcode reads (an
+    ACT, PRE, REF or MODE carries the ID of the command it serves, or of
+    the refresh). IDs index ``commands`` (runs of fewer than 2**16)."""
+    words = [c if isinstance(c, int) else c.pack() for c in commands]
+    alu = any(not isinstance(c, Command) for c in commands)
+    fields = ALU_COMMAND_FIELDS if alu else COMMAND_FIELDS
+    out = [f"{'cycle':>8} {'id':>6} {'opcode':<13} fields"]
+    for cmd_id, opcode, cycle in trace:
+        name = _name(opcode)
+        text = ""
+        if opcode not in DEVICE_ACTIONS and opcode in ISA and cmd_id < len(words):
+            f = unpack(fields, words[cmd_id])
+            text = " ".join(f"{k}={f[k]}" for k in ISA[Opcode(opcode)].command_fields
+                            if k in f)
+        out.append(f"{cycle:>8} {cmd_id:>6} {name:<13} {text}".rstrip())
+    return out
+
+
+def write_traces(folder, want, got, commands) -> None:
+    """``golden_trace.txt`` (the specification's issue trace of the run)
+    and ``rtl_trace.txt`` (the DUT's) in the run folder, to line up with
+    the waveform or diff."""
+    folder = Path(folder)
+    for name, trace in (("golden_trace.txt", want), ("rtl_trace.txt", got)):
+        (folder / name).write_text("\n".join(trace_lines(trace, commands)) + "\n")
+
+
+def rewrite_hint(seed: int | None) -> str:
+    """Where the failing run's waveform is, or the one command that
+    rewrites it with waves (from the runner's environment)."""
+    folder = os.environ.get("PIMORCH_TEST_DIR")
+    if os.environ.get("PIMORCH_WAVES") == "1" and folder:
+        return (f"\nwaveform: {folder}/waves.vcd (views: {folder}/*.gtkw; traces: "
+                f"{folder}/golden_trace.txt, rtl_trace.txt)")
+    sim, test = os.environ.get("PIMORCH_SIM"), os.environ.get("PIMORCH_TESTS")
+    if not (sim and test):
+        return ""
+    policy = os.environ.get("PIMORCH_POLICY")
+    return (f"\nrewrite it with waves: pimorch sim --sim {sim} --waves"
+            f"{f' --policy {policy}' if policy else ''} --test {test}"
+            f"{f' --seed {seed}' if seed is not None else ''}"
+            + (f" (traces: {folder}/golden_trace.txt, rtl_trace.txt)" if folder else ""))
+
+
 def check(model: Model, commands: list[Command] | list[int], wdata: list[int], obs: Observed,
           seed: int | None = None) -> RunResult:
     """Run ``model`` on the observed arrival and pop cycles (from reset: the
     OBuf registers, or the ALU registers and counters, cleared; the
     memories kept) and compare the issue trace cycle for cycle, the read
     beats bit for bit and the sticky status. Raises ScoreboardError naming
-    the first difference."""
+    the first difference (for the trace, the first cycle where the two
+    differ) and where the waveform is, or how to rewrite it with waves.
+    The run folder (``PIMORCH_TEST_DIR``) gets both traces as text."""
     replay = f"; seed {seed}" if seed is not None else ""
     if isinstance(model, AluChannel):
         model.regs[:] = 0
@@ -220,15 +277,21 @@ def check(model: Model, commands: list[Command] | list[int], wdata: list[int], o
     ref = model.run(commands, wdata, obs.cmd_arrivals, obs.wdata_arrivals, obs.rdata_pops)
     want = [(t.cmd_id, int(t.opcode), t.cycle) for t in ref.trace]
     obs.trace = refresh_tail(obs.trace, want)
+    folder = os.environ.get("PIMORCH_TEST_DIR")
+    if folder:
+        write_traces(folder, want, obs.trace, commands)
     for i, (g, w) in enumerate(zip(obs.trace, want, strict=False)):
         if g != w:
             ctx = "\n".join(f"  {j}: rtl {obs.trace[j]} golden {want[j]}"
                             for j in range(max(0, i - 3), min(i + 3, len(want), len(obs.trace))))
             raise ScoreboardError(
                 f"issue trace differs at entry {i} (id, opcode, cycle): rtl {g} "
-                f"({Opcode(g[1]).name}) golden {w} ({Opcode(w[1]).name}){replay}\n{ctx}")
+                f"({_name(g[1])}) golden {w} ({_name(w[1])}); first differing cycle "
+                f"{min(g[2], w[2])}{replay}{rewrite_hint(seed)}\n{ctx}")
     if len(obs.trace) != len(want):
-        raise ScoreboardError(f"trace length: rtl {len(obs.trace)}, golden {len(want)}{replay}")
+        extra = obs.trace[len(want):] or want[len(obs.trace):]
+        raise ScoreboardError(f"trace length: rtl {len(obs.trace)}, golden {len(want)}; first "
+                              f"differing cycle {extra[0][2]}{replay}{rewrite_hint(seed)}")
     for j, (g, w) in enumerate(zip(obs.rdata, ref.rdata, strict=False)):
         if g != w:
             raise ScoreboardError(f"read beat {j}: rtl {g:#066x} golden {w:#066x}{replay}")

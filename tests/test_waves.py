@@ -1,0 +1,154 @@
+"""Waveform views (sim/waves.py) and the scoreboard's mismatch report,
+without a simulator."""
+
+import re
+
+import pytest
+
+from golden import isa
+from golden.channel import ChannelModel, Command
+from golden.config import small_config
+from sim import waves
+from tb import scoreboard
+
+
+def test_filters_round_trip_every_value_of_the_encoding_table(tmp_path):
+    files = waves.write_filters(tmp_path)
+    assert set(files) == set(waves.ENUMS)
+    for field, enum in waves.ENUMS.items():
+        assert waves.read_filter(files[field]) == {int(v): v.name for v in enum}
+    opcodes = waves.read_filter(files["opcode"])
+    assert all(opcodes[int(op)] == op.name for op in isa.Opcode)
+
+
+def _names(style: str) -> list[str]:
+    """Signal names as Icarus (escaped struct members with a backslash) or
+    Verilator writes them."""
+    esc = "\\" if style == "icarus" else ""
+    return ["pim_tb.clk", "pim_tb.cmd__valid", "pim_tb.cmd__payload[44:0]",
+            "pim_tb.trace__valid", "pim_tb.trace__payload[52:0]", "pim_tb.status[35:0]",
+            "pim_tb.dut.cmd__payload[44:0]",
+            f"pim_tb.dut.controller.{esc}io_q0.cmd.opcode[4:0]",
+            f"pim_tb.dut.controller.{esc}io_q0.cmd_id[15:0]",
+            f"pim_tb.dut.controller.{esc}io_q10.cmd_id[15:0]",
+            f"pim_tb.dut.controller.{esc}io_q2.cmd_id[15:0]",
+            "pim_tb.dut.controller.dtab_g0_id[15:0]", "pim_tb.dut.controller.stab_o1_cnt[2:0]",
+            "pim_tb.dut.controller.banks.open_row3[5:0]",
+            "pim_tb.dut.controller.banks.rcd_cnt0[5:0]", "pim_tb.dut.controller.fence"]
+
+
+def test_views_are_the_same_for_both_simulators():
+    for view in waves.VIEWS:
+        a = waves.view_signals(_names("icarus"), view)
+        b = waves.view_signals(_names("verilator"), view)
+        assert [(t, [waves._plain(n) for n in g]) for t, g in a] == \
+            [(t, [waves._plain(n) for n in g]) for t, g in b]
+    groups = dict(waves.view_signals(_names("verilator"), "controller"))
+    # numbered entries in numeric order; the D- and S-Tables, open rows, counters
+    assert groups["I/O queue"] == [
+        "pim_tb.dut.controller.io_q0.cmd.opcode[4:0]", "pim_tb.dut.controller.io_q0.cmd_id[15:0]",
+        "pim_tb.dut.controller.io_q2.cmd_id[15:0]", "pim_tb.dut.controller.io_q10.cmd_id[15:0]"]
+    assert "pim_tb.dut.controller.dtab_g0_id[15:0]" in groups[
+        "D-Table (the last writer of each GBuf / OBuf entry)"]
+    assert "pim_tb.dut.controller.banks.open_row3[5:0]" in groups[
+        "banks: open rows and timing counters"]
+    assert waves.view_signals(_names("icarus"), "hub") == []  # no HUB in a channel run
+    assert waves.view_signals(_names("icarus"), "alu") == []
+
+
+def _extractions(text: str) -> dict[str, list[int]]:
+    """alias -> the bit indices it extracts (MSB first) from the view."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"#\{(\S+)\} (.*)", line)
+        if m:
+            out[m[1]] = [int(x) for x in re.findall(r"\((\d+)\)", m[2])]
+    return out
+
+
+def test_decoded_fields_extract_the_encoding_tables_bits(tmp_path):
+    vcd = tmp_path / "waves.vcd"
+    vcd.write_text("")
+    path = waves.write_view(vcd, "channel", names=_names("icarus"))
+    text = path.read_text()
+    got = _extractions(text)
+    word = Command(int(isa.Opcode.MAC), bank=9, row=0xBEEF, col=0xA5, gbuf_idx=0x3C,
+                   out_idx=6).pack()
+    bits = format(word, "045b")  # MSB first, as GTKWave indexes a vector
+    for field in isa.COMMAND_FIELDS:
+        value = int("".join(bits[i] for i in got[f"cmd.{field}"]), 2)
+        assert value == isa.unpack(isa.COMMAND_FIELDS, word)[field], field
+    for field in isa.TRACE_FIELDS:
+        assert f"trace.{field}" in got
+    assert {f"status.{f}" for f in isa.STATUS_FIELDS} <= set(got)
+    # enumerated fields are translated by the generated filter file, in decimal
+    lines = text.splitlines()
+    i = lines.index(next(x for x in lines if x.startswith("#{cmd.opcode}")))
+    assert lines[i - 2] == "@2024" and lines[i - 1].endswith("filter_opcode.txt")
+    assert text.startswith(f'[dumpfile] "{vcd.resolve()}"')
+
+
+def test_payload_formats_by_width():
+    assert waves.payload_format("top.cmd__payload[44:0]") == isa.COMMAND_FIELDS
+    assert waves.payload_format("top.cmd__payload[64:0]") == isa.ALU_COMMAND_FIELDS
+    assert waves.payload_format("top.trace_3__payload[52:0]") == isa.TRACE_FIELDS
+    assert waves.payload_format("top.host__payload[331:0]") == isa.HOST_FIELDS
+    assert waves.payload_format("top.rsp__payload[259:0]") == isa.RESPONSE_FIELDS
+    assert waves.payload_format("top.cmd__payload[7:0]") is None
+    assert waves.payload_format("top.cycle[31:0]") is None
+
+
+def test_decode_reads_a_hand_written_vcd(tmp_path):
+    word = isa.pack(isa.TRACE_FIELDS, {"cmd_id": 17, "opcode": int(isa.Opcode.MAC),
+                                       "cycle": 5})
+    vcd = tmp_path / "w.vcd"
+    vcd.write_text("\n".join([
+        "$timescale 1ns $end", "$scope module top $end",
+        "$var wire 1 ! clk $end", "$var wire 1 \" trace__valid $end",
+        "$var wire 53 # trace__payload [52:0] $end", "$upscope $end", "$enddefinitions $end",
+        "#0", "0!", "0\"", "b0 #",
+        "#5", "1!", "#10", "0!", "1\"", f"b{word:b} #",
+        "#15", "1!", "#20", "0!", "0\"", "#25", "1!", "#30", "0!", ""]))
+    assert waves.decode(vcd) == [{"cmd_id": 17, "opcode": "MAC", "cycle": 5, "edge": 1}]
+    with pytest.raises(KeyError, match="rsp__payload not a toplevel signal"):
+        waves.decode(vcd, "rsp__payload", None)
+
+
+def _observed(model, cmds):
+    ref = model.run(cmds, [], [0] * len(cmds), [], [])
+    obs = scoreboard.Observed()
+    obs.cmd_arrivals = [0] * len(cmds)
+    obs.trace = [(t.cmd_id, int(t.opcode), t.cycle) for t in ref.trace]
+    obs.rdata = list(ref.rdata)
+    obs.status = (int(ref.status.err_code), ref.status.err_id, ref.status.err_count)
+    return obs
+
+
+def test_a_mismatch_names_the_first_differing_cycle_and_the_waves(tmp_path, monkeypatch):
+    """A deliberately wrong expectation (the golden model one cycle slower to
+    activate): the message names the first cycle where the traces differ
+    and the command that rewrites the run with waves; both traces are
+    written as text."""
+    cfg = small_config()
+    cmds = [Command(int(isa.Opcode.MAC), row=2, col=1, gbuf_idx=0, out_idx=0)]
+    obs = _observed(ChannelModel(cfg), cmds)
+    slow = cfg.replace(t_rcd=cfg.timing.t_rcd + 1)
+    mac = next(c for i, o, c in obs.trace if o == int(isa.Opcode.MAC))
+    monkeypatch.setenv("PIMORCH_TEST_DIR", str(tmp_path))
+    monkeypatch.setenv("PIMORCH_SIM", "icarus")
+    monkeypatch.setenv("PIMORCH_TESTS", "some_test")
+    monkeypatch.setenv("PIMORCH_POLICY", "dcs")
+    monkeypatch.setenv("PIMORCH_WAVES", "0")
+    with pytest.raises(scoreboard.ScoreboardError) as err:
+        scoreboard.check(ChannelModel(slow), cmds, [], obs, seed=7)
+    msg = str(err.value)
+    assert f"first differing cycle {mac}" in msg
+    assert "rewrite it with waves: pimorch sim --sim icarus --waves --policy dcs " \
+           "--test some_test --seed 7" in msg
+    golden = (tmp_path / "golden_trace.txt").read_text().splitlines()
+    rtl = (tmp_path / "rtl_trace.txt").read_text().splitlines()
+    assert f"{mac:>8}      0 MAC           row=2 col=1 gbuf_idx=0 out_idx=0" in rtl
+    assert f"{mac + 1:>8}      0 MAC           row=2 col=1 gbuf_idx=0 out_idx=0" in golden
+    monkeypatch.setenv("PIMORCH_WAVES", "1")
+    with pytest.raises(scoreboard.ScoreboardError, match=f"waveform: {tmp_path}/waves.vcd"):
+        scoreboard.check(ChannelModel(slow), cmds, [], obs, seed=7)
