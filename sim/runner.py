@@ -213,11 +213,31 @@ def convert_waves(sim: str, test_dir: Path) -> Path | None:
     if sim == "verilator":
         dump = test_dir / "dump.vcd"
         if dump.is_file():
-            dump.replace(vcd)
+            escape_vcd_names(dump, vcd)
+            dump.unlink()
     if vcd.is_file():
         write_views(vcd)
         return vcd
     return None
+
+
+def escape_vcd_names(src: Path, dst: Path) -> None:
+    """Copy a VCD, escaping (as Icarus does, with a backslash) the variable
+    names that start with ``$``: Verilator writes Amaranth's internal nets
+    (``$auto$verilog_backend.cc:...``, ``$1``) bare, and GTKWave's parser
+    takes a leading ``$`` for a keyword and gives up on the file."""
+    with open(src, "rb") as f, open(dst, "wb") as out:
+        for line in f:
+            if line.lstrip().startswith(b"$var "):
+                parts = line.split(b" ")
+                i = next(k for k, p in enumerate(parts) if p == b"$var") + 4
+                if i < len(parts) and parts[i].startswith(b"$") and parts[i] != b"$end\n":
+                    parts[i] = b"\\" + parts[i]
+                    line = b" ".join(parts)
+            out.write(line)
+            if line.startswith(b"$enddefinitions"):
+                break
+        shutil.copyfileobj(f, out, 1 << 20)
 
 
 def waves_enabled() -> bool:

@@ -24,6 +24,7 @@ and so can a user's script).
 from __future__ import annotations
 
 import enum
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,6 +119,22 @@ def field_ranges(fields: tuple[str, ...]) -> dict[str, tuple[int, int]]:
     return out
 
 
+#: Signal names (less a port prefix and an index) that hold an enumerated
+#: field under another name.
+_ENUM_NAMES = {"state": "req_state", "fault_code": "fault"}
+
+
+def _enum_of(name: str) -> str:
+    """The enumerated field a signal named ``name`` holds, or ``name``."""
+    key = re.sub(r"\d+$", "", name.split("__")[-1])
+    key = _ENUM_NAMES.get(key, key)
+    return key if key in ENUMS else name
+
+
+#: Toplevel scopes (left off an alias).
+_TOPS = ("pim_tb", "pim_module", "pim_alu", "hub_play", "TOP")
+
+
 @dataclass
 class _Gtkw:
     """A GTKWave save file being written."""
@@ -142,6 +159,7 @@ class _Gtkw:
         self.lines.append(f"-{title}")
 
     def _field_flags(self, field: str, width: int) -> int:
+        field = _enum_of(field)
         if field in ENUMS:
             n = self.index.setdefault(field, len(self.index) + 1)
             self._flags(_FTRANS | _RJUST | _DEC)
@@ -150,12 +168,19 @@ class _Gtkw:
         return _RJUST | (_BIN if width == 1 else _HEX)
 
     def signal(self, name: str) -> None:
+        """``name``, shown as its path below its block (``compute_q0.cmd.opcode``)."""
         base, width = _split(name)
-        field = _plain(base).split(".")[-1]
+        plain = _plain(base)
+        field = plain.split(".")[-1]
         flags = self._field_flags(field, width)
         if flags:
             self._flags(flags)
-        self.lines.append(name)
+        parts = plain.split(".")
+        for block in ("controller", "banks", "datapath", "decoder"):
+            if block in parts[:-1]:
+                parts = parts[len(parts) - parts[::-1].index(block):]
+        alias = ".".join(parts[1:] if len(parts) > 1 and parts[0] in _TOPS else parts)
+        self.lines.append(f"+{{{alias}}} {name}" if alias != field or "." in alias else name)
 
     def fields(self, name: str, fields: tuple[str, ...], prefix: str) -> None:
         """``name``'s fields as named bit extractions."""
@@ -190,9 +215,10 @@ VIEWS: dict[str, tuple[str, list[tuple[str, list[str]]]]] = {
         ("command FIFO and its head", [
             r"(.*\.)?cmd_fifo\.(r|w)_level", r"(.*\.)?controller\.head_(valid|id|pop|err)",
             r"(.*\.)?controller\.head\.\w+"]),
-        ("I/O queue", [r"(.*\.)?controller\.io_(q_count|count)",
+        ("I/O queue (io_q0 is its head)", [r"(.*\.)?controller\.io_(q_count|count)",
                        r"(.*\.)?controller\.io_q\d+\.(cmd\.\w+|cmd_id|dg_\w+|do_\w+|discard)"]),
-        ("compute queue", [r"(.*\.)?controller\.compute_(q_count|count)",
+        ("compute queue (compute_q0 is its head)", [
+            r"(.*\.)?controller\.compute_(q_count|count)",
                            r"(.*\.)?controller\.compute_q\d+\.(cmd\.\w+|cmd_id|dg_\w+|do_\w+|"
                            r"discard)"]),
         ("D-Table (the last writer of each GBuf / OBuf entry)",
@@ -207,25 +233,46 @@ VIEWS: dict[str, tuple[str, list[tuple[str, list[str]]]]] = {
         ("mode, refresh, fence", [r"(.*\.)?controller\.(fence|ref_pending|mode\w*|"
                                   r"banks\.mode\w*)"]),
     ]),
-    "hub": ("the HUB: decoder, requests (T_cur, state), VA2PA, multicast register, "
-            "GPR writes", [
+    "dcs": ("the DCS scheduler at a glance: the issue trace beside the queue heads, "
+            "their dependencies, the D-Table and bank 0's row timing", [
+        ("clock", [r"clk", r"cycle"]),
+        ("issue trace", [r"trace__valid", r"trace__payload"]),
+        ("compute queue head (compute_q0)", [
+            r"(.*\.)?controller\.compute_q_count",
+            r"(.*\.)?controller\.compute_q0\.(cmd\.(opcode|row|col|gbuf_idx|out_idx)|cmd_id|"
+            r"dg_valid|dg_id|do_valid|do_id)"]),
+        ("I/O queue head (io_q0)", [
+            r"(.*\.)?controller\.io_q_count",
+            r"(.*\.)?controller\.io_q0\.(cmd\.(opcode|gbuf_idx|out_idx)|cmd_id|dg_valid|dg_id)"]),
+        ("D-Table: last writer of each GBuf entry", [r"(.*\.)?controller\.dtab_g\d+_(valid|id)"]),
+        ("bank 0: open row and tRCD", [r"(.*\.)?controller\.banks\.(open|open_row0|rcd_cnt0)"]),
+    ]),
+    "hub": ("the HUB: host interface, decoder, requests (T_cur, state), VA2PA, multicast "
+            "register, GPR writes", [
         ("host interface", [r"host__(valid|ready)", r"host__payload", r"rsp__(valid|ready)",
-                            r"rsp__payload"]),
-        ("decoder", [r"(.*\.)?decoder\.(state|fsm_state|pc|req|iter\w*|busy|done|step|"
-                     r"commit|fault\w*|ran|faulted)"]),
-        ("requests: T_cur and state", [r"(.*\.)?(config|cfgbuf|config_buffer)\w*\.(t_cur|"
-                                       r"state|req_state|n_chunks|gpr_base)\w*",
-                                       r"(.*\.)?lookup__\w+"]),
-        ("VA2PA lookups", [r"(.*\.)?(va2pa|lookup)\w*\.(req|vchunk|pchunk|fault\w*|hit)\w*"]),
-        ("multicast register", [r"(.*\.)?(multicast|mcast)\w*\.\w+", r"dbg_\w+"]),
-        ("GPR writes", [r"(.*\.)?gpr\w*\.(w_en|w_addr|w_data|wr_\w+|write\w*)"]),
-        ("traces per channel", [r"trace_\d+__valid", r"trace_\d+__payload"]),
+                            r"rsp__payload", r"host\.fsm_state"]),
+        ("decoder", [r"decoder\.(fsm_state|pc|in_loop|header|settled|fault|skip|dirty|u|"
+                     r"advance|body_start|loop_end)",
+                     r"decoder\.ctrl__(step|commit|done|ran|faulted)",
+                     r"decoder\.push__(valid|ready)",
+                     r"decoder\.push__payload\.(cmd\.\w+|mask|gpr|discard)"]),
+        ("requests: T_cur, state, chunks, GPR base", [
+            r"cbuf\.(t_cur|state|n_chunks|gpr_base|fault)\d+"]),
+        ("VA2PA table and its lookup", [r"cbuf\.va2pa\d+_\d+", r"cbuf\.lookup__\w+"]),
+        ("multicast register", [
+            r"multicast\.(held\.(cmd\.\w+|mask|gpr|discard)|loaded|load|busy|free|grant|"
+            r"cmd_acc|beats_due)", r"multicast\.cmd__\d+__(valid|ready)"]),
+        ("GPR writes", [r"gpr\.(wr|host_wr|beat_wr|epu_wr)__(en|addr)"]),
+        ("traces per channel", [r"trace_\d+__valid", r"trace_\d+__payload", r"dbg_\w+"]),
     ]),
     "alu": ("the JIT-Q ALU channel: its command, registers, lane shift counters", [
+        ("clock", [r"clk", r"rst", r"cycle"]),
         ("commands in", [r"cmd__(valid|ready)", r"cmd__payload"]),
-        ("registers", [r"(.*\.)?(alu\.)?(regs?|reg_file|rf)\w*"]),
-        ("lane shift counters", [r"(.*\.)?\w*(lane|shift)\w*(cnt|count|counter)\w*"]),
-        ("issue trace", [r"trace__valid", r"trace__payload"]),
+        ("issue trace and status", [r"trace__valid", r"trace__payload", r"status"]),
+        ("registers (ALU a, register r)", [r"alu\d+_r\d+"]),
+        ("lane shift counters (ALU a, lane i)", [r"alu\d+_cnt\d+"]),
+        ("operands and result", [r"alu\d+_(a|b|ld|result)"]),
+        ("banks: open rows and timing counters", [r"open", r"banks\.\w+_cnt\d*"]),
     ]),
 }
 
@@ -237,7 +284,8 @@ def _natural(name: str):
 #: A view is written only for a VCD with a signal its pattern matches (the
 #: block is in the design): on the name with the toplevel's scope left off.
 REQUIRES = {"channel": r".*", "controller": r"(.*\.)?controller\..*",
-            "hub": r"host__payload", "alu": r"(.*\.)?alu\..*"}
+            "dcs": r"(.*\.)?controller\.compute_q0\..*",
+            "hub": r"host__payload", "alu": r"alu\d+_r\d+"}
 
 
 def view_signals(names: list[str], view: str) -> list[tuple[str, list[str]]]:
@@ -265,7 +313,9 @@ def view_signals(names: list[str], view: str) -> list[tuple[str, list[str]]]:
                     continue
                 if rx.fullmatch(parts[1]):
                     hits.append(n)
-            for n in sorted(hits, key=lambda x: _natural(_plain(x))):
+            # numbers in numeric order, an entry's opcode first
+            for n in sorted(hits, key=lambda x: _natural(re.sub(
+                    r"\.(cmd\.)?opcode(\[.*)?$", ".", _plain(x)))):
                 group.append(n)
                 chosen.add(n)
         if group:
@@ -285,8 +335,14 @@ def write_view(vcd: Path, view: str, names: list[str] | None = None,
     if not groups:
         return None
     filters = filters or write_filters(vcd.parent)
-    g = _Gtkw(filters, [f'[dumpfile] "{vcd.resolve()}"', "[timestart] 0",
-                        f"[*] pimorch view '{view}': {VIEWS[view][0]}"], {})
+    header = [f'[dumpfile] "{vcd.resolve()}"', "[timestart] 0", "[size] 1400 900",
+              "[signals_width] 330", "[sst_expanded] 0"]
+    end = _end_time(vcd)
+    if end:  # the whole run across the window's ~1,000 pixels
+        # GTKWave's zoom for ~1,000 pixels; the offset measured on its
+        # 3.3.118 with both simulators' VCDs (1 ps units)
+        header.append(f"*{-math.log2(max(end, 1000) / 1000) - 7.6:.6f} -1")
+    g = _Gtkw(filters, header + [f"[*] pimorch view '{view}': {VIEWS[view][0]}"], {})
     for title, group in groups:
         g.begin(title)
         for n in group:
@@ -301,6 +357,19 @@ def write_view(vcd: Path, view: str, names: list[str] | None = None,
     out = vcd.with_name(f"{view}.gtkw")
     out.write_text("\n".join(g.lines) + "\n")
     return out
+
+
+def _end_time(vcd: Path) -> int | None:
+    """The VCD's last timestamp (read from its tail)."""
+    try:
+        with open(vcd, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 65536))
+            tail = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    times = re.findall(r"^#(\d+)", tail, re.M)
+    return int(times[-1]) if times else None
 
 
 def write_views(vcd: Path) -> list[Path]:
@@ -320,12 +389,13 @@ def open_commands(folder: Path) -> list[str]:
 
 
 def decode(vcd: Path, port: str = "trace__payload", valid: str | None = "trace__valid",
-           clock: str = "clk") -> list[dict]:
+           clock: str = "clk", ready: str | None = None) -> list[dict]:
     """The decoded words of a toplevel payload port, one per rising clock
-    edge where ``valid`` is high (every edge if ``valid`` is None): each a
-    dict of its fields (names for enumerated fields, e.g. ``opcode``) with
-    ``edge``, the clock period index from the first rising edge. Values are
-    sampled just before the edge, as the flops capture them."""
+    edge where ``valid`` (and ``ready``, if given: a handshake) is high
+    (every edge if ``valid`` is None): each a dict of its fields (names for
+    enumerated fields, e.g. ``opcode``) with ``edge``, the clock period
+    index from the first rising edge. Values are sampled just before the
+    edge, as the flops capture them."""
     from vcdvcd import VCDVCD
 
     v = VCDVCD(str(vcd), signals=None, store_tvs=True)
@@ -343,13 +413,14 @@ def decode(vcd: Path, port: str = "trace__payload", valid: str | None = "trace__
         raise KeyError(f"{name}: not a payload port of the encoding table")
     clk, word = v[top(clock)], v[name]
     ok = v[top(valid)] if valid else None
+    rdy = v[top(ready)] if ready else None
     rising = [t for t, x in clk.tv if x == "1"]
     if len(rising) < 2:
         return []
     period = rising[1] - rising[0]
     out = []
     for t in rising:
-        if ok is not None and ok[t - 1] != "1":
+        if ok is not None and ok[t - 1] != "1" or rdy is not None and rdy[t - 1] != "1":
             continue
         raw = word[t - 1]
         if not set(raw) <= {"0", "1"}:

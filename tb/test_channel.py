@@ -20,6 +20,7 @@ from tb.stimulus import random_stream, random_word
 
 #: Tests for one controller policy only; the others run under every policy.
 ONLY = {"dcs_hazards": ("dcs",), "dcs_out_of_order_waveform": ("dcs",),
+        "wrong_golden_waveform": ("dcs",),
         "player_loads": (), "driver_loads": ()}  # by name only (make bench, tests/test_fast.py)
 
 
@@ -150,6 +151,38 @@ async def dcs_out_of_order_waveform(dut):
     obs = await tb.run(cmds, wdata)
     tb.check(cmds, wdata, obs)
     assert _cycle(obs, 1, Opcode.WR_INP) < _cycle(obs, 0, Opcode.MAC)
+
+
+@cocotb.test()
+async def wrong_golden_waveform(dut):
+    """The mismatch-to-waveform path: the DCS stream of the waveform check
+    scored against a deliberately wrong golden expectation (tRCD one cycle
+    longer than the RTL's) must fail, naming the first differing cycle and
+    the waveform (or how to rewrite it with waves). The message is left in
+    ``mismatch.txt`` in the run folder."""
+    from golden.channel import ChannelModel
+    from tb import scoreboard
+
+    tb = ChannelTB(dut, idle=0.0, backpressure=0.0)
+    await tb.start()
+    rng = np.random.default_rng(tb.seed)
+    cmds = [mac(0, 0, 0, 0), wr_inp(1), wr_inp(0), mac(0, 1, 1, 0), rd_out(0)]
+    wdata = [random_word(rng) for _ in range(2)]
+    obs = await tb.run(cmds, wdata)
+    wrong = ChannelModel(tb.config.replace(t_rcd=tb.config.timing.t_rcd + 1))
+    try:
+        scoreboard.check(wrong, cmds, wdata, obs, tb.seed)
+    except scoreboard.ScoreboardError as exc:
+        message = str(exc)
+    else:
+        raise AssertionError("a wrong golden expectation passed the scoreboard")
+    assert "first differing cycle" in message, message
+    assert "waveform:" in message or "rewrite it with waves:" in message, message
+    folder = os.environ.get("PIMORCH_TEST_DIR")
+    if folder:
+        with open(os.path.join(folder, "mismatch.txt"), "w") as f:
+            f.write(message + "\n")
+    tb.log.info("scoreboard caught the wrong expectation: %s", message.splitlines()[0])
 
 
 @cocotb.test()

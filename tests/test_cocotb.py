@@ -2,18 +2,19 @@
 (simulator, configuration) reused by every test, one run folder per test."""
 
 import json
+import re
 
 import pytest
 from vcdvcd import VCDVCD
 
 from golden.config import POLICIES, small_config, small_hub_config
-from golden.isa import DEVICE_ACTIONS, TRACE_FIELDS, Opcode, unpack
-from sim import runner
+from golden.isa import DEVICE_ACTIONS, Opcode
+from sim import runner, waves
 from sim.tools import ToolError, require_simulator
 from tests.conftest import build_group, full_run, seed_option
 
 SIMS = ["verilator", "icarus"]
-WAVE_TESTS = ("act_to_mac_waveform", "dcs_out_of_order_waveform")
+WAVE_TESTS = ("act_to_mac_waveform", "dcs_out_of_order_waveform", "wrong_golden_waveform")
 pytestmark = pytest.mark.cocotb
 
 
@@ -129,34 +130,27 @@ def test_dex_rtl_matches_golden(sim, test, request):
     run_passes(sim, test, dex_test_config(), request, f"dex-{test}")
 
 
-def wave_trace(sim, test):
-    """Run ``test`` on the DCS model with waveforms; return the issue trace
-    read back from the VCD as (opcode, cmd_id, clock period index)."""
+def wave_run(sim, test):
+    """Run ``test`` on the DCS model with waveforms; its run folder."""
     need(sim)
     results, test_dir = runner.run(sim, [test], config=small_config().replace(policy="dcs"),
                                    waves=True, run_name=f"pytest-waves-{test}")
     assert results and all(r.passed for r in results), results
-    vcd_path = test_dir / "waves.vcd"
-    assert vcd_path.is_file(), f"no VCD in {test_dir}"
-    vcd = VCDVCD(str(vcd_path), signals=None, store_tvs=True)
+    assert (test_dir / "waves.vcd").is_file(), f"no VCD in {test_dir}"
+    return test_dir
 
-    def signal(suffix):
-        names = [n for n in vcd.signals if n.split(".")[-1].split("[")[0] == suffix
-                 and n.count(".") == 1 + n.startswith("TOP.") + n.startswith("top.")]
-        assert names, f"{suffix} not in {vcd_path}"
-        return vcd[names[0]]
 
-    clk, valid, payload = signal("clk"), signal("trace__valid"), signal("trace__payload")
-    rising = [t for t, v in clk.tv if v == "1"]
-    period = rising[1] - rising[0]
+def wave_trace(sim, test):
+    """Run ``test`` on the DCS model with waveforms; return the issue trace
+    read back from the VCD's decoded trace port (sim/waves.py) as (opcode,
+    cmd_id, clock period index), checking each entry's cycle field against
+    its clock edge, and the run folder."""
+    test_dir = wave_run(sim, test)
     issued = []
-    for t in rising:
-        # sample just before the edge: the value the flops capture
-        if valid[t - 1] == "1":
-            entry = unpack(TRACE_FIELDS, int(payload[t - 1], 2))
-            assert (t - rising[0]) % period == 0
-            issued.append((Opcode(entry["opcode"]), entry["cmd_id"], (t - rising[0]) // period))
-    return issued
+    for e in waves.decode(test_dir / "waves.vcd"):
+        assert e["edge"] - e["cycle"] == issued[0][3] if issued else True
+        issued.append((Opcode[e["opcode"]], e["cmd_id"], e["edge"], e["edge"] - e["cycle"]))
+    return [i[:3] for i in issued], test_dir
 
 
 @build_group("dcs")
@@ -164,7 +158,7 @@ def wave_trace(sim, test):
 def test_waveform_shows_act_to_mac_equal_trcd(wave_sim):
     """WAVES=1 flow: a VCD per test; in it, the first MAC on a freshly
     activated row issues exactly tRCD clock periods after the ACT."""
-    issued = wave_trace(wave_sim, "act_to_mac_waveform")
+    issued, _ = wave_trace(wave_sim, "act_to_mac_waveform")
     act = next(t for op, _, t in issued if op == Opcode.ACT)
     first_mac = next(t for op, _, t in issued if op == Opcode.MAC)
     assert first_mac - act == small_config().timing.t_rcd
@@ -174,13 +168,60 @@ def test_waveform_shows_act_to_mac_equal_trcd(wave_sim):
 @pytest.mark.parametrize("wave_sim", SIMS)
 def test_waveform_shows_dcs_issue_out_of_program_order(wave_sim):
     """In the VCD of the DCS model: WR-INP 1 (an I/O command) issues while
-    MAC 0, earlier in program order, still waits for its row; then the MAC."""
-    issued = wave_trace(wave_sim, "dcs_out_of_order_waveform")
+    MAC 0, earlier in program order, still waits for its row; then the MAC.
+    The run folder (docs/waveforms.md): a view per block whose every signal
+    is in the VCD, the translate filters and the golden trace; the command
+    port's decoded fields show the MACs, and the decoded trace port holds
+    the golden trace entry for entry, each at its cycle."""
+    issued, test_dir = wave_trace(wave_sim, "dcs_out_of_order_waveform")
     when = {(op, i): t for op, i, t in issued}
     assert when[(Opcode.WR_INP, 1)] < when[(Opcode.MAC, 0)]
     assert when[(Opcode.MAC, 0)] - when[(Opcode.ACT, 0)] == small_config().timing.t_rcd
     order = [(op, i) for op, i, _ in issued if op not in DEVICE_ACTIONS]
     assert order != sorted(order, key=lambda e: e[1])  # not program order
+    vcd = test_dir / "waves.vcd"
+    names = set(VCDVCD(str(vcd), only_sigs=True).signals)
+    views = sorted(p.name for p in test_dir.glob("*.gtkw"))
+    assert views == ["channel.gtkw", "controller.gtkw", "dcs.gtkw"]
+    for view in views:
+        for line in (test_dir / view).read_text().splitlines():
+            if line.startswith("#{"):
+                used = set(re.findall(r"\(\d+\)(\S+)", line))
+            elif line.startswith("+{"):
+                used = {line.split("} ", 1)[1]}
+            elif line[:1] in ("@", "-", "^", "[", "*") or not line:
+                continue
+            else:
+                used = {line}
+            assert used <= names, (view, used - names)
+    assert (test_dir / "filter_opcode.txt").is_file()
+    accepted = waves.decode(vcd, "cmd__payload", "cmd__valid", ready="cmd__ready")
+    assert [c["opcode"] for c in accepted] == ["MAC", "WR_INP", "WR_INP", "MAC", "RD_OUT"]
+    assert (accepted[3]["row"], accepted[3]["col"], accepted[3]["gbuf_idx"]) == (0, 1, 1)
+    golden = (test_dir / "golden_trace.txt").read_text().splitlines()[1:]
+    trace = waves.decode(vcd)
+    assert [(e["cycle"], e["cmd_id"], e["opcode"]) for e in trace] == \
+        [(int(c), int(i), op) for c, i, op, *_ in (line.split() for line in golden)]
+
+
+@build_group("dcs")
+@pytest.mark.parametrize("wave_sim", SIMS)
+def test_a_mismatch_leaves_the_waveform_and_names_the_cycle(wave_sim):
+    """A deliberately wrong golden expectation (tb/test_channel.py,
+    wrong_golden_waveform): the scoreboard's message names the first
+    differing cycle and the waveform, which is written with its views and
+    both traces; at that cycle the waveform's trace port shows the RTL's
+    entry."""
+    test_dir = wave_run(wave_sim, "wrong_golden_waveform")
+    message = (test_dir / "mismatch.txt").read_text()
+    cycle = int(re.search(r"first differing cycle (\d+)", message)[1])
+    assert f"waveform: {test_dir}/waves.vcd" in message
+    assert all((test_dir / f"{v}.gtkw").is_file() for v in ("channel", "controller", "dcs"))
+    rtl = (test_dir / "rtl_trace.txt").read_text()
+    golden = (test_dir / "golden_trace.txt").read_text()
+    assert rtl != golden
+    at = [e for e in waves.decode(test_dir / "waves.vcd") if e["cycle"] == cycle]
+    assert at and all(f"{cycle:>8} {e['cmd_id']:>6} {e['opcode']}" in rtl for e in at)
 
 
 def test_the_printed_seed_replays_a_cocotb_run():

@@ -45,7 +45,7 @@ def test_views_are_the_same_for_both_simulators():
             [(t, [waves._plain(n) for n in g]) for t, g in b]
     groups = dict(waves.view_signals(_names("verilator"), "controller"))
     # numbered entries in numeric order; the D- and S-Tables, open rows, counters
-    assert groups["I/O queue"] == [
+    assert groups["I/O queue (io_q0 is its head)"] == [
         "pim_tb.dut.controller.io_q0.cmd.opcode[4:0]", "pim_tb.dut.controller.io_q0.cmd_id[15:0]",
         "pim_tb.dut.controller.io_q2.cmd_id[15:0]", "pim_tb.dut.controller.io_q10.cmd_id[15:0]"]
     assert "pim_tb.dut.controller.dtab_g0_id[15:0]" in groups[
@@ -86,6 +86,7 @@ def test_decoded_fields_extract_the_encoding_tables_bits(tmp_path):
     i = lines.index(next(x for x in lines if x.startswith("#{cmd.opcode}")))
     assert lines[i - 2] == "@2024" and lines[i - 1].endswith("filter_opcode.txt")
     assert text.startswith(f'[dumpfile] "{vcd.resolve()}"')
+    assert waves.view_signals(_names("icarus"), "dcs") == []  # no compute queue entries
 
 
 def test_payload_formats_by_width():
@@ -152,3 +153,21 @@ def test_a_mismatch_names_the_first_differing_cycle_and_the_waves(tmp_path, monk
     monkeypatch.setenv("PIMORCH_WAVES", "1")
     with pytest.raises(scoreboard.ScoreboardError, match=f"waveform: {tmp_path}/waves.vcd"):
         scoreboard.check(ChannelModel(slow), cmds, [], obs, seed=7)
+
+
+def test_verilator_names_escaped_for_gtkwave(tmp_path):
+    """Verilator writes Amaranth's internal nets bare (``$1``,
+    ``$auto$...``); GTKWave takes a leading ``$`` for a keyword and refuses
+    the file. The copy escapes them as Icarus does and keeps the rest."""
+    from sim.runner import escape_vcd_names
+
+    src, dst = tmp_path / "dump.vcd", tmp_path / "waves.vcd"
+    body = "#0\nb1 !\n1\"\n#10\n0\"\n"
+    src.write_text(" $scope module top $end\n  $var wire 1 D $auto$x.cc:1:f$1 $end\n"
+                   "  $var wire 17 ! $1001 [16:0] $end\n  $var wire 1 \" clk $end\n"
+                   " $upscope $end\n$enddefinitions $end\n" + body)
+    escape_vcd_names(src, dst)
+    text = dst.read_text()
+    assert "  $var wire 1 D \\$auto$x.cc:1:f$1 $end\n" in text
+    assert "  $var wire 17 ! \\$1001 [16:0] $end\n" in text
+    assert "  $var wire 1 \" clk $end\n" in text and text.endswith(body)
