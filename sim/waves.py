@@ -237,6 +237,7 @@ VIEWS: dict[str, tuple[str, list[tuple[str, list[str]]]]] = {
             "their dependencies, the D-Table and bank 0's row timing", [
         ("clock", [r"clk", r"cycle"]),
         ("issue trace", [r"trace__valid", r"trace__payload"]),
+        ("bank 0: open row and tRCD", [r"(.*\.)?controller\.banks\.(open|open_row0|rcd_cnt0)"]),
         ("compute queue head (compute_q0)", [
             r"(.*\.)?controller\.compute_q_count",
             r"(.*\.)?controller\.compute_q0\.(cmd\.(opcode|row|col|gbuf_idx|out_idx)|cmd_id|"
@@ -245,7 +246,6 @@ VIEWS: dict[str, tuple[str, list[tuple[str, list[str]]]]] = {
             r"(.*\.)?controller\.io_q_count",
             r"(.*\.)?controller\.io_q0\.(cmd\.(opcode|gbuf_idx|out_idx)|cmd_id|dg_valid|dg_id)"]),
         ("D-Table: last writer of each GBuf entry", [r"(.*\.)?controller\.dtab_g\d+_(valid|id)"]),
-        ("bank 0: open row and tRCD", [r"(.*\.)?controller\.banks\.(open|open_row0|rcd_cnt0)"]),
     ]),
     "hub": ("the HUB: host interface, decoder, requests (T_cur, state), VA2PA, multicast "
             "register, GPR writes", [
@@ -435,3 +435,73 @@ def decode(vcd: Path, port: str = "trace__payload", valid: str | None = "trace__
         entry["edge"] = (t - rising[0]) // period
         out.append(entry)
     return out
+
+
+def _xwd_to_png(xwd: Path, png: Path, crop: tuple[int, int] | None = None) -> None:
+    """An X window dump (TrueColor, 24 or 32 bits a pixel, as ``xwd -root``
+    writes under Xvfb) as a PNG, cropped to ``crop`` = (width, height)."""
+    import numpy as np
+    from PIL import Image
+
+    data = Path(xwd).read_bytes()
+    h = np.frombuffer(data[:100], ">u4")
+    size, width, height, order = int(h[0]), int(h[4]), int(h[5]), int(h[7])
+    bpp, stride, ncolors = int(h[11]), int(h[12]), int(h[19])
+    masks = [int(m) for m in h[14:17]]
+    if bpp != 32:
+        raise ValueError(f"{xwd}: {bpp} bits a pixel (expected 32)")
+    start = size + 12 * ncolors
+    rows = np.frombuffer(data[start:start + stride * height], "<u4" if order == 0 else ">u4")
+    px = rows.reshape(height, stride // 4)[:, :width]
+    rgb = np.stack([(px & m) >> (m & -m).bit_length() - 1 for m in masks], -1).astype(np.uint8)
+    if crop:
+        rgb = rgb[:crop[1], :crop[0]]
+    Image.fromarray(rgb, "RGB").save(png)
+
+
+def screenshot(vcd: Path, gtkw: Path, png: Path, size: tuple[int, int] = (1400, 900),
+               wait_s: float = 6.0, crop: tuple[int, int] | None = None) -> Path:
+    """GTKWave showing the view ``gtkw`` of ``vcd``, captured as a PNG under a
+    virtual display (docs/waveforms.md). Needs ``xvfb-run``, ``gtkwave``
+    and ``xwd`` (Debian: xvfb, gtkwave, x11-apps); not used by the tests."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    missing = [t for t in ("xvfb-run", "gtkwave", "xwd") if shutil.which(t) is None]
+    if missing:
+        raise RuntimeError(f"screenshot needs {', '.join(missing)}: "
+                           "apt-get install xvfb gtkwave x11-apps")
+    with tempfile.TemporaryDirectory() as tmp:
+        dump = Path(tmp) / "screen.xwd"
+        script = (f"gtkwave '{vcd}' '{gtkw}' >/dev/null 2>&1 & "
+                  f"sleep {wait_s}; xwd -root -silent > '{dump}'; kill $! 2>/dev/null; true")
+        subprocess.run(["xvfb-run", "-a", "-s", f"-screen 0 {size[0]}x{size[1]}x24", "sh",
+                        "-c", script], check=True, timeout=wait_s + 60)
+        _xwd_to_png(dump, Path(png), crop)
+    return Path(png)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m sim.waves views RUN_FOLDER``: (re)write a run folder's
+    views and filters; ``python -m sim.waves screenshot RUN_FOLDER VIEW
+    OUT.png [WIDTH HEIGHT]``: a PNG of one view."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) >= 2 and args[0] == "views":
+        for p in write_views(Path(args[1]) / "waves.vcd"):
+            print(p)
+        return 0
+    if len(args) >= 4 and args[0] == "screenshot":
+        folder = Path(args[1])
+        crop = (int(args[4]), int(args[5])) if len(args) >= 6 else None
+        print(screenshot(folder / "waves.vcd", folder / f"{args[2]}.gtkw", Path(args[3]),
+                         crop=crop))
+        return 0
+    print(main.__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
