@@ -20,6 +20,7 @@ the issue trace. ``check`` then replays the calls on the golden HUB:
 from __future__ import annotations
 
 import bisect
+import os
 from dataclasses import dataclass, field
 
 from golden import energy
@@ -30,6 +31,7 @@ from golden.hub.fabric import TimedHub
 from golden.hub.ports import READS
 from golden.isa import HostOp, HostStatus, Opcode
 from golden.streams import TraceEntry
+from tb import scoreboard
 
 
 class HubScoreboardError(AssertionError):
@@ -265,11 +267,16 @@ def check_channels(hub: HubConfig, model: Hub, rec: HubRecord,
         ref = ChannelModel(hub.channel).run(cmds, beats, rec.acc[c], rec.wacc[c], rec.pops[c])
         want = [(t.cmd_id, int(t.opcode), t.cycle) for t in ref.trace]
         got = rec.traces[c]
+        folder = os.environ.get("PIMORCH_TEST_DIR")
+        if folder:
+            scoreboard.write_traces(folder, want, got, cmds, f"_ch{c}")
         if want != got:
             i = next((i for i, (a, b) in enumerate(zip(want, got, strict=False)) if a != b),
                      min(len(want), len(got)))
+            cycle = min(e[2] for e in (want[i:i + 1] + got[i:i + 1]))
             raise HubScoreboardError(f"channel {c} trace entry {i}: RTL {got[i:i + 1]} "
-                                     f"golden {want[i:i + 1]}")
+                                     f"golden {want[i:i + 1]}; first differing cycle {cycle}"
+                                     f"{scoreboard.rewrite_hint(None)}")
         if known is not None:
             trace = [TraceEntry(i, Opcode(op), t) for i, op, t in got]
             energies.append(energy.trace_energy(hub.channel, *known, cmds, trace, ref.cycles))

@@ -217,8 +217,11 @@ def trace_lines(trace: list[tuple[int, int, int]], commands) -> list[str]:
     """An issue trace as text, one entry a line: cycle, command ID, opcode
     and, for a command from the stream, the fields its opcode reads (an
     ACT, PRE, REF or MODE carries the ID of the command it serves, or of
-    the refresh). IDs index ``commands`` (runs of fewer than 2**16)."""
+    the refresh). IDs index ``commands``; past 2**16 commands (IDs wrap)
+    the fields are left out."""
     words = [c if isinstance(c, int) else c.pack() for c in commands]
+    if len(words) > 1 << 16:  # IDs wrap: an ID no longer names one command
+        words = []
     alu = any(not isinstance(c, Command) for c in commands)
     fields = ALU_COMMAND_FIELDS if alu else COMMAND_FIELDS
     out = [f"{'cycle':>8} {'id':>6} {'opcode':<13} fields"]
@@ -233,13 +236,14 @@ def trace_lines(trace: list[tuple[int, int, int]], commands) -> list[str]:
     return out
 
 
-def write_traces(folder, want, got, commands) -> None:
-    """``golden_trace.txt`` (the specification's issue trace of the run)
-    and ``rtl_trace.txt`` (the DUT's) in the run folder, to line up with
-    the waveform or diff."""
+def write_traces(folder, want, got, commands, suffix: str = "") -> None:
+    """``golden_trace<suffix>.txt`` (the specification's issue trace of the
+    run) and ``rtl_trace<suffix>.txt`` (the DUT's) in the run folder, to
+    line up with the waveform or diff."""
     folder = Path(folder)
-    for name, trace in (("golden_trace.txt", want), ("rtl_trace.txt", got)):
-        (folder / name).write_text("\n".join(trace_lines(trace, commands)) + "\n")
+    for name, trace in (("golden_trace", want), ("rtl_trace", got)):
+        (folder / f"{name}{suffix}.txt").write_text(
+            "\n".join(trace_lines(trace, commands)) + "\n")
 
 
 def rewrite_hint(seed: int | None) -> str:

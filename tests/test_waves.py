@@ -171,3 +171,49 @@ def test_verilator_names_escaped_for_gtkwave(tmp_path):
     assert "  $var wire 1 D \\$auto$x.cc:1:f$1 $end\n" in text
     assert "  $var wire 17 ! \\$1001 [16:0] $end\n" in text
     assert "  $var wire 1 \" clk $end\n" in text and text.endswith(body)
+
+
+#: A few names of a PIM-module (Verilator) and an ALU-channel VCD.
+HUB_NAMES = ["pim_module.clk", "pim_module.host__valid", "pim_module.host__ready",
+             "pim_module.host__payload[331:0]", "pim_module.rsp__payload[259:0]",
+             "pim_module.trace_0__payload[52:0]", "pim_module.trace_1__valid",
+             "pim_module.dbg_cmd[44:0]", "pim_module.decoder.fsm_state[2:0]",
+             "pim_module.decoder.pc[5:0]", "pim_module.decoder.fault[3:0]",
+             "pim_module.decoder.push__payload.cmd.opcode[4:0]",
+             "pim_module.cbuf.t_cur0[31:0]", "pim_module.cbuf.state1[1:0]",
+             "pim_module.cbuf.va2pa0_1[4:0]", "pim_module.cbuf.lookup__pchunk[4:0]",
+             "pim_module.multicast.held.cmd.opcode[4:0]", "pim_module.multicast.loaded",
+             "pim_module.gpr.host_wr__en", "pim_module.gpr.beat_wr__addr[7:0]",
+             "pim_module.channel0.controller.head_valid"]
+ALU_NAMES = ["$rootio.clk", "pim_alu.clk", "pim_alu.cmd__valid", "pim_alu.cmd__payload[64:0]",
+             "pim_alu.alu0_r3[255:0]", "pim_alu.alu1_r0[255:0]", "pim_alu.alu0_cnt5[15:0]",
+             "pim_alu.alu0_result[255:0]", "pim_alu.banks.rcd_cnt0[4:0]", "pim_alu.open[3:0]"]
+
+
+def test_hub_and_alu_views(tmp_path):
+    hub = dict(waves.view_signals(HUB_NAMES, "hub"))
+    assert hub["requests: T_cur, state, chunks, GPR base"] == [
+        "pim_module.cbuf.state1[1:0]", "pim_module.cbuf.t_cur0[31:0]"]
+    assert hub["VA2PA table and its lookup"] == [
+        "pim_module.cbuf.va2pa0_1[4:0]", "pim_module.cbuf.lookup__pchunk[4:0]"]
+    assert "pim_module.multicast.held.cmd.opcode[4:0]" in hub["multicast register"]
+    assert hub["GPR writes"] == ["pim_module.gpr.beat_wr__addr[7:0]",
+                                 "pim_module.gpr.host_wr__en"]
+    assert "pim_module.decoder.pc[5:0]" in hub["decoder"]
+    alu = dict(waves.view_signals(ALU_NAMES, "alu"))
+    assert alu["registers (ALU a, register r)"] == ["pim_alu.alu0_r3[255:0]",
+                                                    "pim_alu.alu1_r0[255:0]"]
+    assert alu["lane shift counters (ALU a, lane i)"] == ["pim_alu.alu0_cnt5[15:0]"]
+    assert waves.view_signals(ALU_NAMES, "hub") == []
+    assert waves.view_signals(HUB_NAMES, "alu") == []
+    vcd = tmp_path / "waves.vcd"
+    vcd.write_text("")
+    text = waves.write_view(vcd, "hub", names=HUB_NAMES).read_text()
+    # request state, fault and the host operation by name; the host call's fields
+    for field in ("req_state", "fault", "host_op", "rsp_code", "opcode"):
+        assert f"filter_{field}.txt" in text, field
+    assert {"#{host.host_op}", "#{host.req_id}", "#{rsp.rsp_code}", "#{trace_0.cycle}",
+            "#{dbg_cmd.row}"} <= {line.split()[0] for line in text.splitlines()
+                                  if line.startswith("#{")}
+    alu_text = waves.write_view(vcd, "channel", names=ALU_NAMES).read_text()
+    assert "#{cmd.alu_fn}" in alu_text and "#{cmd.use_imm}" in alu_text
