@@ -599,7 +599,10 @@ def cmd_sherpa(args) -> int:
     split = SPLIT_BYTES if args.split_bytes is None else args.split_bytes
     seq_lens = SEQ_LENS if args.seq_lens is None else _int_list(args.seq_lens, "--seq-lens", 1,
                                                                    1 << 17)
-    host = SherpaHost(copy=args.copy, flop=args.flop, bandwidth=args.bandwidth)
+    if not 0 <= args.owr_thread_us <= 10_000:
+        raise ConfigError(f"--owr-thread-us must be in [0, 10000], not {args.owr_thread_us:g}")
+    host = SherpaHost(copy=args.copy, flop=args.flop, bandwidth=args.bandwidth,
+                      owr_thread_s=args.owr_thread_us * 1e-6)
     _emit(sherpa_study(seq_lens=seq_lens, host=host, split_bytes=split,
                        nc_tokens=args.nc_gemm_tokens, profile=args.pim_profile), args.json)
     return 0
@@ -722,8 +725,8 @@ STUDY_OPTIONS = {
     "dpa-program-size": {"d_head", "json"},
     "dpa-capacity": {"chunk_bytes", "json", "requests", "seed"},
     "epu-accuracy": {"json", "seed"},
-    "sherpa": {"bandwidth", "copy", "flop", "json", "nc_gemm_tokens", "pim_profile", "seq_lens",
-               "split_bytes"},
+    "sherpa": {"bandwidth", "copy", "flop", "json", "nc_gemm_tokens", "owr_thread_us",
+               "pim_profile", "seq_lens", "split_bytes"},
     "hetero-training": {"cpu_profile", "csv", "json", "offload_fraction", "plot", "set",
                         "steps", "workloads"},
     "jitq": {"json", "models", "set"},
@@ -860,6 +863,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--bandwidth", choices=["shared", "separate"], default="shared",
                    help="sherpa: a copy and a GEMM running together share the DRAM's "
                         "bandwidth (default), or neither slows the other (Table 2's overlap)")
+    s.add_argument("--owr-thread-us", type=float, default=20.0,
+                   help="sherpa: microseconds OWR spends per layer creating and joining its "
+                        "copy threads (an assumption; default 20)")
     s.add_argument("--nc-gemm-tokens", type=_int_in(1, 4096), default=8,
                    help="sherpa: prompt tokens one read of a weight serves when a GEMM reads "
                         "the non-cacheable copy (NC-GEMM; default 8)")

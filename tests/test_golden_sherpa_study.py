@@ -153,8 +153,10 @@ def test_llama_ttft_methods():
     sep = replace(SHERPA_HOST, bandwidth="separate")
     at = {m: ttft(model, 1, m, sep)["ttft_s"] for m in METHODS}
     assert at["remap"] == at["duplication"]
-    # one token: GEMMs memory bound (t each), measured copies 4 t: OWR is 5x
-    assert at["owr"] / at["duplication"] == pytest.approx(5, rel=1e-3)
+    # one token: GEMMs memory bound (t each), measured copies 4 t: OWR is 5x,
+    # with its copy threads created and joined at each layer
+    threads = model.layers * sep.owr_thread_s
+    assert (at["owr"] - threads) / at["duplication"] == pytest.approx(5, rel=1e-3)
     assert 4 <= at["ddb-balanced"] / at["duplication"] < 4.2
     assert at["ddb-balanced"] <= at["ddb"] * (1 + 1e-12) < 4.2 * at["duplication"]
     # sharing the bandwidth (the default): a GEMM and a copy together ask
@@ -164,8 +166,10 @@ def test_llama_ttft_methods():
     assert shared["owr"] == pytest.approx(at["owr"]) and shared["remap"] == at["remap"]
     assert shared["ddb-balanced"] / at["duplication"] == pytest.approx(4.75, rel=0.01)
     table = SherpaHost(copy="table")  # Table 2's copies, 3 t: OWR 4x
-    assert ttft(model, 1, "owr", table)["ttft_s"] / at["duplication"] == pytest.approx(
-        4, rel=1e-3)
+    assert (ttft(model, 1, "owr", table)["ttft_s"] - threads) / at["duplication"] == \
+        pytest.approx(4, rel=1e-3)
+    free = replace(sep, owr_thread_s=0.0)
+    assert ttft(model, 1, "owr", free)["ttft_s"] == pytest.approx(at["owr"] - threads)
     # long inputs: DDB hides the copies, OWR keeps paying them
     long = {m: ttft(model, 2048, m)["ttft_s"] for m in METHODS}
     assert long["ddb"] / long["duplication"] < 1.001 < long["owr"] / long["duplication"]
@@ -310,3 +314,38 @@ def test_memory_attributes_rows():
         assert by[size, "after a flush"]["correct"] and by[size, "after a flush"]["flushed_lines"]
     assert by[big, "after the prefill GEMM"]["lost"] == nc["mac_triggers"]
     assert 0 < by[small, "after the prefill GEMM"]["lost"] < nc["mac_triggers"]
+
+
+def test_paper_ddb_schedule():
+    """The paper's DDB (the issue's summary of it): H x 4H buffers; the gate
+    GEMM in quarters; a layer's FFN copies wait for the previous layer's end;
+    no copy starts beside a memory-bound GEMM, so at one token nothing
+    overlaps (copy 4 t + GEMM t a matrix: 5x duplication, OWR's without its
+    threads), while at 64 tokens the copies hide and the next layer's
+    Q/K/V/O are copied during the down projection."""
+    from golden.system.sherpa_study import paper_buffer_bytes, paper_ddb_stages, prefill_stages
+
+    model = SHERPA_MODELS["Llama3.2-1B"]
+    stages, after = paper_ddb_stages(model, 64)
+    plain = prefill_stages(model, 64)
+    assert sum(s.nbytes for s in stages) == sum(s.nbytes for s in plain)
+    assert sum(s.compute for s in stages) == pytest.approx(sum(s.compute for s in plain))
+    names = [s.name for s in stages]
+    assert names[:10] == ["L0.q", "L0.k", "L0.v", "L0.attn", "L0.o", "L0.gate.q0",
+                          "L0.gate.q1", "L0.gate.q2", "L0.gate.q3", "L0.up"]
+    down0 = names.index("L0.down")
+    assert all(after[names.index(f"L1.{n}")] == down0 for n in ("gate.q0", "up", "down"))
+    assert after[names.index("L1.q")] == -1  # preloaded during L0's down GEMM
+    assert paper_buffer_bytes(model) == 2 * 2048 * 8192
+    sep = replace(SHERPA_HOST, bandwidth="separate")
+    one = ttft(model, 1, "ddb-paper", sep)["ttft_s"]
+    assert one / ttft(model, 1, "duplication", sep)["ttft_s"] == pytest.approx(5, rel=1e-3)
+    run = pipeline(stages, SHERPA_HOST, 2, paper_buffer_bytes(model), ring=True, after=after,
+                   quiet_memory_bound=True, trace=True)
+    at = {s["stage"]: s for s in run["stages"]}
+    assert at["L1.gate.q0"]["copy_start"] >= at["L0.down"]["gemm_end"] - 1e-15
+    assert at["L1.q"]["copy_start"] < at["L0.down"]["gemm_end"]
+    assert run["ttft_s"] / ttft(model, 64, "duplication")["ttft_s"] < 1.002
+    # capacity: two H x 4H buffers beside the PIM-aware copy
+    cap = capacity(model)["methods"]
+    assert cap["ddb-paper"]["bytes"] - cap["remap"]["bytes"] == 2 * paper_buffer_bytes(model)

@@ -202,6 +202,10 @@ class SherpaHost:
     #: bandwidth (each slowed in proportion when their demands exceed it);
     #: ``separate``: Table 2's overlap, neither slows the other
     bandwidth: str = "shared"
+    #: OWR creates its copy threads at each layer's start and joins them at
+    #: its end: the cost of one create + join, per layer (an assumption: no
+    #: published figure; a few tens of microseconds on a mobile core)
+    owr_thread_s: float = 20e-6
 
     def __post_init__(self):
         for name, value, known in (("copy", self.copy, SHERPA_COPY_MODELS),

@@ -19,6 +19,13 @@ region. The methods compared:
 ``ddb``
     DRAM double buffering: two such buffers; the next matrix is copied
     while the current GEMM runs.
+``ddb-paper``
+    DDB as the paper assigns its buffers (the issue's summary of it): two
+    H x 4H buffers; a layer's Q, K, V and O weights together in buffer 0,
+    the first FFN matrix (gate) copied and run in quarters, the next
+    layer's Q/K/V/O copied during the last FFN GEMM (down); no copy starts
+    while a memory-bound GEMM runs, and the copier waits for a layer's end
+    before the next layer's FFN copies (per-layer synchronization).
 ``ddb-balanced``
     DDB with the copy split into pieces (``split_bytes``) streaming through
     the same two buffers used as one ring: the large FFN weights are partly
@@ -63,7 +70,7 @@ from golden.system.sherpa import (
 )
 from golden.system.sweep import significant
 
-METHODS = ("duplication", "remap", "owr", "ddb", "ddb-balanced")
+METHODS = ("duplication", "remap", "owr", "ddb", "ddb-balanced", "ddb-paper")
 SEQ_LENS = (1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096)
 SPLIT_BYTES = 1 << 20
 GIB = 1 << 30
@@ -144,7 +151,9 @@ def largest_matrix_bytes(model: SherpaModel) -> int:
 
 
 def pipeline(stages: list[Stage], host: SherpaHost, buffers: int,
-             buffer_bytes: int, split_bytes: int | None = None, trace: bool = False) -> dict:
+             buffer_bytes: int, split_bytes: int | None = None, trace: bool = False,
+             ring: bool = False, after: list[int] | None = None,
+             quiet_memory_bound: bool = False) -> dict:
     """Schedule copies and GEMMs through cacheable buffers.
 
     ``split_bytes`` None: each matrix takes one whole buffer (``buffers``
@@ -163,8 +172,13 @@ def pipeline(stages: list[Stage], host: SherpaHost, buffers: int,
     together ask for more than all of it, both run slower by their sum.
     ``separate``: neither slows the other (Table 2's overlap). Returns the
     finish time and the busy times; with ``trace``, also each stage's first
-    copy start, copy end, GEMM start and GEMM end."""
-    whole = split_bytes is None
+    copy start, copy end, GEMM start and GEMM end.
+
+    The paper's DDB (``ring``): each stage one piece, held in its bytes of
+    the ``buffers x buffer_bytes`` ring; ``after[k]``: the stage whose GEMM
+    must end before stage ``k``'s copy may start (-1: none); with
+    ``quiet_memory_bound``, no copy starts while a memory-bound GEMM runs."""
+    whole = split_bytes is None and not ring
     capacity = buffers if whole else buffers * buffer_bytes
     pieces: list[tuple[int, int, int]] = []  # (stage, bytes, buffer units), in program order
     left = []  # per stage: pieces not yet copied
@@ -172,8 +186,11 @@ def pipeline(stages: list[Stage], host: SherpaHost, buffers: int,
         if stage.nbytes > buffer_bytes:
             raise ValueError(f"{stage.name}: {stage.nbytes} B does not fit a "
                              f"{buffer_bytes} B buffer")
-        sizes = ([stage.nbytes] if stage.nbytes else []) if whole else \
-            [min(split_bytes, stage.nbytes - o) for o in range(0, stage.nbytes, split_bytes)]
+        if whole or ring:
+            sizes = [stage.nbytes] if stage.nbytes else []
+        else:
+            sizes = [min(split_bytes, stage.nbytes - o) for o in range(0, stage.nbytes,
+                                                                       split_bytes)]
         pieces += [(k, b, 1 if whole else b) for b in sizes]
         left.append(len(sizes))
     held = [0] * len(stages)  # buffer units each stage's copied pieces hold
@@ -187,20 +204,28 @@ def pipeline(stages: list[Stage], host: SherpaHost, buffers: int,
     ci = gi = 0
     c_left = g_left = None  # solo seconds left of the running copy piece and GEMM
     g_share = 0.0
+    after = after or [-1] * len(stages)
+
+    def may_copy() -> bool:
+        k = pieces[ci][0]
+        if after[k] >= gi:  # waits for that stage's GEMM to end
+            return False
+        return not (quiet_memory_bound and g_left is not None and g_share >= 1.0)
+
     while True:
-        if c_left is None and ci < len(pieces) and pieces[ci][2] <= capacity:
-            k, nbytes, units = pieces[ci]
-            capacity -= units
-            held[k] += units
-            copy_wait += t - copier_free
-            first[k] = t if first[k] is None else first[k]
-            c_left = copy_time(nbytes, host)
         if g_left is None and gi < len(stages) and left[gi] == 0:
             stage = stages[gi]
             gemm_start[gi] = t
             g_left = stage.compute
             g_share = min(1.0, read_time(stage.nbytes, host) / stage.compute) \
                 if stage.compute else 0.0
+        if c_left is None and ci < len(pieces) and pieces[ci][2] <= capacity and may_copy():
+            k, nbytes, units = pieces[ci]
+            capacity -= units
+            held[k] += units
+            copy_wait += t - copier_free
+            first[k] = t if first[k] is None else first[k]
+            c_left = copy_time(nbytes, host)
         if c_left is None and g_left is None:
             if ci < len(pieces):
                 raise ValueError(f"{stages[pieces[ci][0]].name}: the buffers cannot hold one "
@@ -237,6 +262,32 @@ def pipeline(stages: list[Stage], host: SherpaHost, buffers: int,
     return out
 
 
+def paper_buffer_bytes(model: SherpaModel) -> int:
+    """One of the paper's DDB buffers: H x 4H BF16 weights."""
+    return 2 * model.hidden * 4 * model.hidden
+
+
+def paper_ddb_stages(model: SherpaModel, seq_len: int, host: SherpaHost = SHERPA_HOST
+                     ) -> tuple[list[Stage], list[int]]:
+    """The prefill's stages as the paper's DDB runs them (the gate GEMM in
+    four quarters) and, per stage, the stage whose GEMM its copy waits for
+    (a layer's FFN copies wait for the previous layer's last GEMM)."""
+    stages, after = [], []
+    last = -1  # the previous layer's down GEMM
+    for st in prefill_stages(model, seq_len, host):
+        layer, name = st.name.split(".")
+        if name == "gate":
+            for q in range(4):
+                stages.append(Stage(f"{st.name}.q{q}", st.nbytes // 4, st.compute / 4))
+                after.append(last)
+            continue
+        stages.append(st)
+        after.append(last if name in ("up", "down") else -1)
+        if name == "down":
+            last = len(stages) - 1
+    return stages, after
+
+
 def ttft(model: SherpaModel, seq_len: int, method: str, host: SherpaHost = SHERPA_HOST,
          split_bytes: int = SPLIT_BYTES) -> dict:
     """TTFT (decoder layers) of one prefill of ``seq_len`` tokens."""
@@ -245,8 +296,14 @@ def ttft(model: SherpaModel, seq_len: int, method: str, host: SherpaHost = SHERP
         compute = sum(s.compute for s in stages)
         return {"ttft_s": compute, "copy_s": 0.0, "compute_s": compute, "copy_wait_s": 0.0}
     big = largest_matrix_bytes(model)
-    if method == "owr":
-        return pipeline(stages, host, 1, big)
+    if method == "owr":  # serial: each layer also creates and joins its copy threads
+        out = pipeline(stages, host, 1, big)
+        out["ttft_s"] += model.layers * host.owr_thread_s
+        return out
+    if method == "ddb-paper":
+        paper, after = paper_ddb_stages(model, seq_len, host)
+        return pipeline(paper, host, 2, paper_buffer_bytes(model), ring=True, after=after,
+                        quiet_memory_bound=True)
     if method == "ddb":
         return pipeline(stages, host, 2, big)
     if method == "ddb-balanced":
@@ -278,7 +335,8 @@ def capacity(model: SherpaModel, geometry: Geometry | None = None, out_regs: int
     big = largest_matrix_bytes(model)
     host_only = fc + head + embed
     methods = {"duplication": common + fc + head, "remap": common, "owr": common + big,
-               "ddb": common + 2 * big, "ddb-balanced": common + 2 * big}
+               "ddb": common + 2 * big, "ddb-balanced": common + 2 * big,
+               "ddb-paper": common + 2 * paper_buffer_bytes(model)}
     return {
         "model": model.name,
         "host_only_bytes": host_only,
@@ -324,7 +382,8 @@ def sherpa_study(seq_lens=SEQ_LENS, host: SherpaHost = SHERPA_HOST,
                  "copy": host.copy, "copy_factor": host.copy_factor,
                  "bandwidth": host.bandwidth,
                  "copy_transactions": host.copy_transactions,
-                 "nc_copy_slowdown": host.nc_copy_slowdown},
+                 "nc_copy_slowdown": host.nc_copy_slowdown,
+                 "owr_thread_s": host.owr_thread_s},
         "latency_table": {m: latency_table(host=replace(host, flop=m))
                           for m in ("table", "host")},
         "split_bytes": split_bytes,
