@@ -143,14 +143,20 @@ async def dcs_hazards(dut):
 async def dcs_out_of_order_waveform(dut):
     """A short DCS stream for the waveform check: MAC 0 waits for its ACT
     and tRCD, WR-INP 1 (another GBuf entry) issues before it."""
+    tb, cmds, wdata, obs = await _out_of_order_run(dut)
+    tb.check(cmds, wdata, obs)
+    assert _cycle(obs, 1, Opcode.WR_INP) < _cycle(obs, 0, Opcode.MAC)
+
+
+async def _out_of_order_run(dut):
+    """MAC 0, WR-INP 1, WR-INP 2 (GBuf 0), MAC 3, RD-OUT 4 on the DCS
+    channel without idle or backpressure: (tb, commands, beats, observed)."""
     tb = ChannelTB(dut, idle=0.0, backpressure=0.0)
     await tb.start()
     rng = np.random.default_rng(tb.seed)
     cmds = [mac(0, 0, 0, 0), wr_inp(1), wr_inp(0), mac(0, 1, 1, 0), rd_out(0)]
     wdata = [random_word(rng) for _ in range(2)]
-    obs = await tb.run(cmds, wdata)
-    tb.check(cmds, wdata, obs)
-    assert _cycle(obs, 1, Opcode.WR_INP) < _cycle(obs, 0, Opcode.MAC)
+    return tb, cmds, wdata, await tb.run(cmds, wdata)
 
 
 @cocotb.test()
@@ -163,12 +169,7 @@ async def wrong_golden_waveform(dut):
     from golden.channel import ChannelModel
     from tb import scoreboard
 
-    tb = ChannelTB(dut, idle=0.0, backpressure=0.0)
-    await tb.start()
-    rng = np.random.default_rng(tb.seed)
-    cmds = [mac(0, 0, 0, 0), wr_inp(1), wr_inp(0), mac(0, 1, 1, 0), rd_out(0)]
-    wdata = [random_word(rng) for _ in range(2)]
-    obs = await tb.run(cmds, wdata)
+    tb, cmds, wdata, obs = await _out_of_order_run(dut)
     wrong = ChannelModel(tb.config.replace(t_rcd=tb.config.timing.t_rcd + 1))
     try:
         scoreboard.check(wrong, cmds, wdata, obs, tb.seed)

@@ -182,19 +182,8 @@ class _Step:
         y = T(None, x.n, cout, ho)
         w = cout * x.c * kh * kw
         macs = 2 * y.elems * x.c * kh * kw
-        kernel = f"{name}.kernel"
-
-        def rule(g):
-            wg = self.op(f"{name}.w_grad", "Conv2DBackpropFilter", macs, 0, x.elems + y.elems,
-                         w, [g[0], y_op], name)
-            self.wgrad(kernel, wg, w)
-            if self.wants(x):
-                self.give(x, self.op(f"{name}.in_grad", "Conv2DBackpropInput", macs, 0,
-                                     y.elems, x.elems, [g[0]], name, w))
-
-        y = self.fwd(f"{name}.fwd", "Conv2D", macs, 0, [x], y, name, rule,
-                     [(kernel, (w, False))], w)
-        y_op = y.op
+        y = self.weighted(x, y, name, f"{name}.kernel", w, macs,
+                          ("Conv2D", "Conv2DBackpropFilter", "Conv2DBackpropInput"))
         return self.bias_add(y, name) if bias else y
 
     def deconv(self, x: T, name: str, cout: int, k: int, s: int) -> T:
@@ -202,43 +191,40 @@ class _Step:
         y = T(None, x.n, cout, x.h * s)
         w = cout * x.c * k * k
         macs = 2 * x.elems * cout * k * k
-        kernel = f"{name}.kernel"
-
-        def rule(g):
-            wg = self.op(f"{name}.w_grad", "Conv2DBackpropFilter", macs, 0, x.elems + y.elems,
-                         w, [g[0], y_op], name)
-            self.wgrad(kernel, wg, w)
-            if self.wants(x):
-                self.give(x, self.op(f"{name}.in_grad", "Conv2D", macs, 0, y.elems, x.elems,
-                                     [g[0]], name, w))
-
-        y = self.fwd(f"{name}.fwd", "Conv2DBackpropInput", macs, 0, [x], y, name, rule,
-                     [(kernel, (w, False))], w)
-        y_op = y.op
-        return y
+        return self.weighted(x, y, name, f"{name}.kernel", w, macs,
+                             ("Conv2DBackpropInput", "Conv2DBackpropFilter", "Conv2D"))
 
     def fc(self, x: T, name: str, dout: int, bias=True) -> T:
         din = x.c * x.h * x.h
         y = T(None, x.n, dout)
         w = din * dout
         macs = 2 * x.n * din * dout
-        kernel = f"{name}.kernel"
-
-        def rule(g):
-            wg = self.op(f"{name}.w_grad", "MatMul", macs, 0, x.elems + y.elems, w,
-                         [g[0], y_op], name)
-            self.wgrad(kernel, wg, w)
-            if self.wants(x):
-                self.give(x, self.op(f"{name}.in_grad", "MatMul", macs, 0, y.elems, x.elems,
-                                     [g[0]], name, w))
-
-        y = self.fwd(f"{name}.fwd", "MatMul", macs, 0, [x], y, name, rule,
-                     [(kernel, (w, False))], w)
-        y_op = y.op
+        y = self.weighted(x, y, name, f"{name}.kernel", w, macs, ("MatMul",) * 3)
         return self.bias_add(y, name) if bias else y
 
-    def bias_add(self, x: T, name: str) -> T:
-        bias = f"{name}.bias"
+    def weighted(self, x: T, y: T, name: str, weight: str, size: int, macs: float,
+                 kinds: tuple[str, str, str]) -> T:
+        """An op multiplying ``x`` by ``weight`` (``size`` elements) into
+        ``y``; ``kinds``: the forward op, the weight gradient's and the
+        input gradient's (the last only when ``x`` needs a gradient). A
+        weight used by several such ops has their gradients summed."""
+
+        def rule(g):
+            self.wgrad(weight, self.op(f"{name}.w_grad", kinds[1], macs, 0, x.elems + y.elems,
+                                       size, [g[0], out.op], name), size)
+            if self.wants(x):
+                self.give(x, self.op(f"{name}.in_grad", kinds[2], macs, 0, y.elems, x.elems,
+                                     [g[0]], name, size))
+
+        out = self.fwd(f"{name}.fwd", kinds[0], macs, 0, [x], y, name, rule,
+                       [(weight, (size, False))], size)
+        return out
+
+    def bias_add(self, x: T, name: str, bias: str | None = None, op_name: str | None = None
+                 ) -> T:
+        """``x`` plus a bias (``bias``, default ``<name>.bias``; the op is
+        ``op_name``, default ``<name>.bias``)."""
+        bias = bias or f"{name}.bias"
 
         def rule(g):
             bg = self.op(f"{name}.bias_grad", "BiasAddGrad", x.elems, 0, x.elems, x.c,
@@ -246,7 +232,7 @@ class _Step:
             self.wgrad(bias, bg, x.c)
             self.give(x, g[0])
 
-        return self.fwd(f"{name}.bias", "BiasAdd", x.elems, 0, [x], x, name, rule,
+        return self.fwd(op_name or f"{name}.bias", "BiasAdd", x.elems, 0, [x], x, name, rule,
                         [(bias, (x.c, False))], x.c)
 
     def bn(self, x: T, name: str) -> T:
@@ -558,8 +544,9 @@ def _lstm(s: _Step, n: int) -> T:
         for t, x in enumerate(xs):
             p = f"lstm{layer}.t{t}"
             cat = s.concat([x, h], f"{p}.concat")
-            g = _shared_matmul(s, cat, w, 4 * hid, f"{p}.matmul")
-            g = _shared_bias(s, g, b, f"{p}.bias")
+            g = s.weighted(cat, T(None, n, 4 * hid), f"{p}.matmul", w, 2 * hid * 4 * hid,
+                           2 * n * 2 * hid * 4 * hid, ("MatMul",) * 3)
+            g = s.bias_add(g, f"{p}.bias", b, f"{p}.bias.fwd")
             i, j, f, o = s.split(g, 4, f"{p}.split")
             f = s.add(f, T(None, 1, 1), f"{p}.forget_bias", broadcast=True)  # + 1.0, a constant
             c = s.add(s.mul(c, s.act(f, f"{p}.sig_f", "Sigmoid"), f"{p}.mul_c"),
@@ -571,36 +558,6 @@ def _lstm(s: _Step, n: int) -> T:
         xs = out
     x = s.concat(xs, "outputs", batch=True)
     return s.loss(s.fc(x, "softmax", v), "loss", "SparseSoftmaxCrossEntropy")
-
-
-def _shared_matmul(s: _Step, x: T, weight: str, dout: int, name: str) -> T:
-    """A MatMul with a weight used at every time step."""
-    din = x.c * x.h * x.h
-    y = T(None, x.n, dout)
-    size = din * dout
-    macs = 2 * x.n * din * dout
-
-    def rule(g):
-        s.wgrad(weight, s.op(f"{name}.w_grad", "MatMul", macs, 0, x.elems + y.elems, size,
-                             [g[0], y_op], name), size)
-        if s.wants(x):
-            s.give(x, s.op(f"{name}.in_grad", "MatMul", macs, 0, y.elems, x.elems, [g[0]],
-                           name, size))
-
-    y = s.fwd(f"{name}.fwd", "MatMul", macs, 0, [x], y, name, rule, [(weight, (size, False))],
-              size)
-    y_op = y.op
-    return y
-
-
-def _shared_bias(s: _Step, x: T, bias: str, name: str) -> T:
-    def rule(g):
-        s.wgrad(bias, s.op(f"{name}.bias_grad", "BiasAddGrad", x.elems, 0, x.elems, x.c,
-                           [g[0]], name), x.c)
-        s.give(x, g[0])
-
-    return s.fwd(f"{name}.fwd", "BiasAdd", x.elems, 0, [x], x, name, rule,
-                 [(bias, (x.c, False))], x.c)
 
 
 #: Skip-gram Word2vec with the NCE loss (an assumption: TensorFlow's
