@@ -31,7 +31,7 @@ TASKS = {
     "dcs-device": ("dcs", False, 9, 0, True),
     "static-device": ("static", False, 11, 0, True),
     "device-false-property": ("dcs", False, 8, 1, True),
-    "refresh-device": ("static", False, 12, 0, "refresh"),
+    "refresh-device": ("static", False, 11, 0, "refresh"),
 }
 
 
