@@ -142,8 +142,9 @@ def _emit(data: dict, json_path: str | None) -> None:
 
 def _policy_flag(config) -> str:
     """`` --policy P`` of a channel or HUB configuration ('' otherwise)."""
-    policy = getattr(config, "policy", None) or getattr(
-        getattr(config, "channel", None), "policy", None)
+    from sim.runner import config_policy
+
+    policy = config_policy(config)
     return f" --policy {policy}" if policy else ""
 
 
@@ -630,13 +631,13 @@ def cmd_hetero_training(args) -> int:
     from golden.system.reference import HETERO_PROFILE
 
     published = args.cpu_profile == "published"
-    known = tuple(HETERO_PROFILE) if published else WORKLOADS
-    if published and args.workloads:
-        for w in args.workloads.split(","):
-            if w.strip() in WORKLOADS and w.strip() not in HETERO_PROFILE:
-                raise ConfigError(f"--cpu-profile published: {w.strip()} has no published profile "
-                                  f"(only {', '.join(HETERO_PROFILE)})")
-    workloads = _name_list(args.workloads, known, "--workloads", "workload")
+    workloads = _name_list(args.workloads, WORKLOADS, "--workloads", "workload")
+    if published and args.workloads is None:  # the workloads it applies to
+        workloads = tuple(HETERO_PROFILE)
+    for w in workloads if published else ():
+        if w not in HETERO_PROFILE:
+            raise ConfigError(f"--cpu-profile published: {w} has no published profile "
+                              f"(only {', '.join(HETERO_PROFILE)})")
     if not 0 <= args.offload_fraction <= 1:
         raise ConfigError(f"--offload-fraction must be in [0, 1], not {args.offload_fraction}")
     cfg = replace(config_with(args.set or []), profile=args.cpu_profile)

@@ -130,6 +130,13 @@ def build(sim: str, config: ChannelConfig | HubConfig | None = None, waves: bool
     return runner
 
 
+def config_policy(config) -> str:
+    """The controller policy of a channel or HUB configuration ('' for the
+    ALU channel's)."""
+    return getattr(config, "policy", None) or getattr(
+        getattr(config, "channel", None), "policy", None) or ""
+
+
 def run(sim: str, testcases: list[str] | None = None,
         config: ChannelConfig | HubConfig | None = None,
         waves: bool = False, seed: int | None = None, run_name: str | None = None,
@@ -148,8 +155,7 @@ def run(sim: str, testcases: list[str] | None = None,
     module = module or default
     if seed is None:  # the run's seed, chosen here so the testbench can print it (tb/seeds.py)
         seed = secrets.randbelow(1 << 32)
-    policy = getattr(config, "policy", None) or getattr(getattr(config, "channel", None),
-                                                         "policy", "")
+    policy = config_policy(config)
     env = {"PIMORCH_CONFIG": json.dumps(dataclasses.asdict(config)),
            "PIMORCH_TEST_DIR": str(test_dir), "PIMORCH_SEED": str(seed),
            # what a failing check needs to say how to rewrite the run with waves

@@ -291,11 +291,11 @@ REQUIRES = {"channel": r".*", "controller": r"(.*\.)?controller\..*",
 def view_signals(names: list[str], view: str) -> list[tuple[str, list[str]]]:
     """The groups of ``view`` with the VCD's signals each shows (groups
     that match nothing left out; nothing when the block is not in it)."""
-    tops = sorted({n.split(".")[0] for n in names if "." in n and not n.startswith("$")})
-    inner = [_plain(_split(n)[0]).split(".", 1)[1] for n in names
-             if "." in n and n.split(".")[0] in tops]
+    # each signal's name below its toplevel scope, as both simulators write it
+    inner = {n: _plain(_split(n)[0]).split(".", 1)[1] for n in names
+             if "." in n and not n.startswith("$")}
     need = re.compile(REQUIRES[view])
-    if not any(need.fullmatch(n) for n in inner):
+    if not any(need.fullmatch(rel) for rel in inner.values()):
         return []
     chosen: set[str] = set()
     out = []
@@ -303,16 +303,7 @@ def view_signals(names: list[str], view: str) -> list[tuple[str, list[str]]]:
         group = []
         for pattern in patterns:
             rx = re.compile(pattern)
-            hits = []
-            for n in names:
-                if n in chosen or n.startswith("$"):
-                    continue
-                base = _plain(_split(n)[0])
-                parts = base.split(".", 1)
-                if len(parts) < 2 or parts[0] not in tops:
-                    continue
-                if rx.fullmatch(parts[1]):
-                    hits.append(n)
+            hits = [n for n, rel in inner.items() if n not in chosen and rx.fullmatch(rel)]
             # numbers in numeric order, an entry's opcode first
             for n in sorted(hits, key=lambda x: _natural(re.sub(
                     r"\.(cmd\.)?opcode(\[.*)?$", ".", _plain(x)))):

@@ -276,7 +276,7 @@ def check_channels(hub: HubConfig, model: Hub, rec: HubRecord,
             cycle = min(e[2] for e in (want[i:i + 1] + got[i:i + 1]))
             raise HubScoreboardError(f"channel {c} trace entry {i}: RTL {got[i:i + 1]} "
                                      f"golden {want[i:i + 1]}; first differing cycle {cycle}"
-                                     f"{scoreboard.rewrite_hint(None)}")
+                                     f"{scoreboard.rewrite_hint(None, f'_ch{c}')}")
         if known is not None:
             trace = [TraceEntry(i, Opcode(op), t) for i, op, t in got]
             energies.append(energy.trace_energy(hub.channel, *known, cmds, trace, ref.cycles))

@@ -246,13 +246,14 @@ def write_traces(folder, want, got, commands, suffix: str = "") -> None:
             "\n".join(trace_lines(trace, commands)) + "\n")
 
 
-def rewrite_hint(seed: int | None) -> str:
+def rewrite_hint(seed: int | None, suffix: str = "") -> str:
     """Where the failing run's waveform is, or the one command that
-    rewrites it with waves (from the runner's environment)."""
+    rewrites it with waves (from the runner's environment); ``suffix``
+    names the trace files as ``write_traces`` did."""
     folder = os.environ.get("PIMORCH_TEST_DIR")
+    traces = f"{folder}/golden_trace{suffix}.txt, rtl_trace{suffix}.txt"
     if os.environ.get("PIMORCH_WAVES") == "1" and folder:
-        return (f"\nwaveform: {folder}/waves.vcd (views: {folder}/*.gtkw; traces: "
-                f"{folder}/golden_trace.txt, rtl_trace.txt)")
+        return f"\nwaveform: {folder}/waves.vcd (views: {folder}/*.gtkw; traces: {traces})"
     sim, test = os.environ.get("PIMORCH_SIM"), os.environ.get("PIMORCH_TESTS")
     if not (sim and test):
         return ""
@@ -260,7 +261,7 @@ def rewrite_hint(seed: int | None) -> str:
     return (f"\nrewrite it with waves: pimorch sim --sim {sim} --waves"
             f"{f' --policy {policy}' if policy else ''} --test {test}"
             f"{f' --seed {seed}' if seed is not None else ''}"
-            + (f" (traces: {folder}/golden_trace.txt, rtl_trace.txt)" if folder else ""))
+            + (f" (traces: {traces})" if folder else ""))
 
 
 def check(model: Model, commands: list[Command] | list[int], wdata: list[int], obs: Observed,

@@ -795,17 +795,20 @@ def _makespan_ms(ops: list[Op], offload: list[str], cfg: HeteroConfig, steps: in
 
 
 def sweeps(workloads=WORKLOADS, steps: int = 4, fraction: float = 0.9,
-           cfg: HeteroConfig = HeteroConfig()) -> dict:
+           cfg: HeteroConfig = HeteroConfig(), known: dict | None = None) -> dict:
     """The heterogeneous runtime's step time (ms) against CPU-only as the
     hardware changes: the fixed-function clock x1, x2, x4; 1, 4 and 16
     programmable cores at constant logic-layer area (each core more or
     less takes or frees ``cfg.core_area_units`` fixed-function units); the GPU
     baseline's step; and two workloads co-run on one stack against one
-    after the other."""
+    after the other (``known``: {(workload, mode, configuration): step
+    ms} already run)."""
     core_area_units = cfg.core_area_units
     out = {"frequency": {}, "cores": {}, "gpu": {}, "core_area_units": core_area_units,
            "gpu_tflops": GPU_FLOPS / 1e12, "gpu_gbs": GPU_GBS}
-    runs: dict = {}  # the default configuration recurs (x1, 4 cores, alone): run it once
+    # the default configuration recurs (x1, 4 cores, alone): run it once;
+    # ``known``: step times the caller has, by (workload, mode, configuration)
+    runs: dict = dict(known or {})
 
     def step_ms(w: str, mode: str, c: HeteroConfig) -> float:
         if (w, mode, c) not in runs:
@@ -847,6 +850,7 @@ def hetero_study(workloads=WORKLOADS, steps: int = 4, fraction: float = 0.9,
                  cfg: HeteroConfig = HeteroConfig()) -> dict:
     """``pimorch run hetero-training``."""
     rows = []
+    known = {}  # the sweeps' default points, run here already
     for w in workloads:
         ops = build_graph(w, 1)
         types = profile(ops, w, cfg)
@@ -862,6 +866,7 @@ def hetero_study(workloads=WORKLOADS, steps: int = 4, fraction: float = 0.9,
                                              sharing=False)
         runs["hetero-uniform-placement"] = scenario(w, "hetero", steps, fraction,
                                                     replace(cfg, placement="uniform"))
+        known.update({(w, m, cfg): runs[m]["step_ms"] for m in ("cpu-only", "hetero")})
         base, cpu = runs["cpu-only"]["step_ms"], runs["cpu-only"]
         for r in runs.values():
             r["speedup_vs_cpu"] = round(base / r["step_ms"], 4)
@@ -879,6 +884,6 @@ def hetero_study(workloads=WORKLOADS, steps: int = 4, fraction: float = 0.9,
     return {"study": "hetero-training", "config": {k: v for k, v in cfg.__dict__.items()},
             "fixed_units_per_bank": placement(cfg.fixed_units, cfg.placement),
             "mapping_check": conv_mapping(11, cfg),
-            "sweeps": sweeps(workloads, steps, fraction, cfg),
+            "sweeps": sweeps(workloads, steps, fraction, cfg, known),
             "offload_fraction": fraction, "rows": rows}
 
